@@ -1,0 +1,289 @@
+"""CostOracle: the public cost API — seconds per engine step, vectorized.
+
+>>> oracle = CostOracle("llama-3.1-8b", "h100", tp=1)          # doctest: +SKIP
+>>> oracle.decode_time(batch_size=np.arange(1, 257), context_len=2048)   # doctest: +SKIP
+
+Specs become flat arrays once, in the constructor; every call after that is a numba
+kernel over arrays (:mod:`serveplan.kernels.roofline`). A simulator embeds the oracle by
+taking :attr:`CostOracle.kernel_args` and calling ``roofline.step_time`` itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from serveplan.kernels import roofline as K
+
+from .catalog import resolve_gpu, resolve_model
+from .ops import (
+    MODULE_DISPATCH_KEY,
+    MODULE_NAMES,
+    MODULE_SECTIONS,
+    OpTable,
+    build_ops,
+)
+from .profile import FAMILIES, Profile, load_profile
+from .specs import GPUSpec, ModelSpec, Parallelism, SpecError
+
+PHASES = ("prefill", "decode")
+
+
+def cuda_graph_sizes(max_num_seqs: int = 256, max_size: int | None = None) -> np.ndarray:
+    """vLLM's default CUDA-graph capture sizes (v0.11): 1, 2, 4, 8..248 step 8, then step 16.
+
+    The largest size is ``min(2 * max_num_seqs, 512)`` unless ``max_size`` is given.
+    """
+    top = max_size if max_size is not None else min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
+    return np.array(sorted(s for s in set(sizes) if s <= top), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Per-module seconds of one step, summed over the layers the module repeats on."""
+
+    modules: list[dict]
+    time_s: float
+    bound: str
+    cuda_graph: bool
+
+    def as_dict(self) -> dict:
+        return {"time_s": self.time_s, "bound": self.bound, "cuda_graph": self.cuda_graph,
+                "modules": self.modules}
+
+
+class CostOracle:
+    """Step latency of one serving instance (model × GPU × parallelism × profile).
+
+    Parameters
+    ----------
+    model, gpu
+        Catalog names, paths (HF ``config.json`` / GPU YAML), dicts or spec objects.
+    tp, pp, ep, dp
+        Tensor, pipeline, expert and attention-data parallel sizes of the instance.
+    dtype, kv_dtype
+        Weight dtype (default: the checkpoint's) and KV-cache dtype (default: activations').
+    cuda_graph
+        Pure-decode steps replay a captured graph (batch padded to a capture size).
+    profile
+        A :class:`Profile`, a path to a profile JSON, or None for the GPU's shipped one.
+    max_num_seqs
+        Sets the largest CUDA-graph capture size as vLLM does.
+    """
+
+    def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
+                 dtype: str | None = None, kv_dtype: str | None = None,
+                 cuda_graph: bool = True, profile: Profile | str | Path | None = None,
+                 max_num_seqs: int = 256):
+        self.model: ModelSpec = resolve_model(model)
+        self.gpu: GPUSpec = resolve_gpu(gpu)
+        self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
+        if isinstance(profile, Profile):
+            self.profile = profile
+        else:
+            self.profile = load_profile(self.gpu.name, profile)
+        self.weight_dtype = dtype or ("fp8" if self.model.checkpoint_fp8 else self.model.dtype)
+        self.kv_dtype = kv_dtype or self.model.dtype
+        self.cuda_graph = cuda_graph
+        self.table: OpTable = build_ops(self.model, self.parallel, self.weight_dtype,
+                                        self.kv_dtype, self.profile.attention_impl)
+        self.mods = self._module_table()
+        self.prm = self._params()
+        self.graph_sizes = cuda_graph_sizes(max_num_seqs)
+        self._agg = np.zeros((self.table.n_ops, 4))
+        self._comp = np.zeros(len(MODULE_NAMES))
+        self._comm = np.zeros(len(MODULE_NAMES))
+        self._q = np.zeros(1, dtype=np.int64)
+        self._c = np.zeros(1, dtype=np.int64)
+
+    # ------------------------------------------------------------------ construction
+    def _module_table(self) -> np.ndarray:
+        disp = self.profile.dispatch_s
+        mods = np.zeros((len(MODULE_NAMES), K.N_MOD_COLS))
+        moe = self.table.ffn_moe_fraction
+        for j, key in enumerate(MODULE_DISPATCH_KEY):
+            if key == "mlp":
+                value = (1 - moe) * disp.get("mlp", 0.0) + moe * disp.get("moe", 0.0)
+            else:
+                value = disp.get(key, 0.0)
+            if key == "norm":
+                value *= self.model.norms_per_layer / 2.0
+            mods[j, K.M_DISPATCH] = value
+            mods[j, K.M_SECTION] = MODULE_SECTIONS[j]
+        return mods
+
+    def _params(self) -> np.ndarray:
+        g, par, prof = self.gpu, self.parallel, self.profile
+        prm = np.zeros(K.N_PARAMS)
+        prm[K.P_LAYERS] = self.model.num_layers
+        prm[K.P_PP] = par.pp
+        prm[K.P_TP] = par.tp
+        prm[K.P_EP] = par.ep
+        prm[K.P_MOE_TOKENS] = par.dp
+        prm[K.P_GRAPH] = 1.0 if self.cuda_graph else 0.0
+        prm[K.P_GRAPH_LAUNCH] = prof.graph_launch_s
+        prm[K.P_KERNEL_FIXED] = prof.kernel_fixed_s
+        prm[K.P_STEP_OVERHEAD] = prof.step_overhead_s
+        prm[K.P_TILE] = prof.flash_tile
+        in_node = par.tp * par.dp <= g.gpus_per_node
+        prm[K.P_COMM_BW] = g.scaleup_bw if in_node else g.scaleout_bw
+        lat = g.scaleup_latency_s if in_node else g.scaleout_latency_s
+        prm[K.P_COMM_LAT] = lat if prof.comm_latency_s is None else prof.comm_latency_s
+        p2p_in_node = par.gpus <= g.gpus_per_node
+        prm[K.P_P2P_BW] = g.scaleup_bw if p2p_in_node else g.scaleout_bw
+        prm[K.P_P2P_LAT] = g.scaleup_latency_s if p2p_in_node else g.scaleout_latency_s
+        prm[K.P_P2P_BYTES] = self.model.hidden_size * 2.0
+        prm[K.P_SM] = g.mem_bw
+        act_peak = g.peak_flops(self.model.dtype)
+        gemm_peak = g.peak_flops(self.weight_dtype) if self.weight_dtype == "fp8" else act_peak
+        for f, peak in ((K.F_GEMM, gemm_peak), (K.F_ATTN, act_peak), (K.F_ELEM, act_peak),
+                        (K.F_MOE, gemm_peak), (K.F_COMM, act_peak)):
+            prm[K.P_SC + f] = peak
+        for ph, phase in enumerate(PHASES):
+            for f, fam in enumerate(FAMILIES):
+                e = prof.eff(fam, phase)
+                prm[K.eff_index(ph, f, 0)] = e.ec
+                prm[K.eff_index(ph, f, 1)] = e.em
+        return prm
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(ops, mods, prm, graph_sizes)`` for :func:`roofline.step_time` in compiled loops."""
+        return self.table.ops, self.mods, self.prm, self.graph_sizes
+
+    def scratch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh ``(agg, comp, comm)`` scratch arrays for :func:`roofline.step_time`."""
+        n_mod = len(MODULE_NAMES)
+        return np.zeros((self.table.n_ops, 4)), np.zeros(n_mod), np.zeros(n_mod)
+
+    def _uniform(self, batch_size, new_tokens, context_len) -> np.ndarray | float:
+        b, q, c = np.broadcast_arrays(np.asarray(batch_size, dtype=np.float64),
+                                      np.asarray(new_tokens, dtype=np.float64),
+                                      np.asarray(context_len, dtype=np.float64))
+        if np.any(b < 0) or np.any(q < 0) or np.any(c < 0):
+            raise ValueError("batch_size, token counts and context lengths must be >= 0")
+        flat = [np.ascontiguousarray(x).ravel() for x in (b, q, c)]
+        out = np.empty(flat[0].shape[0])
+        K.uniform_step_times(flat[0], flat[1], flat[2], self.table.ops, self.mods, self.prm,
+                             self.graph_sizes, out)
+        out = out.reshape(b.shape)
+        return float(out) if out.ndim == 0 else out
+
+    def decode_time(self, batch_size, context_len):
+        """Seconds of a pure-decode step: ``batch_size`` requests, one new token each, after
+        ``context_len`` cached tokens. Broadcasts; returns a float for scalar input."""
+        return self._uniform(batch_size, 1, context_len)
+
+    def prefill_time(self, batch_size, input_len, context_len=0):
+        """Seconds of a step prefilling ``batch_size`` prompts of ``input_len`` tokens
+        (after ``context_len`` cached, e.g. prefix-cache hits or earlier chunks)."""
+        return self._uniform(batch_size, input_len, context_len)
+
+    def step_time(self, new_tokens, context_len) -> float:
+        """Seconds of one mixed step: request i computes ``new_tokens[i]`` tokens on top
+        of ``context_len[i]`` cached ones (vLLM v1 ``num_scheduled_tokens`` and
+        ``num_computed_tokens``)."""
+        q = new_tokens if isinstance(new_tokens, np.ndarray) else np.asarray(new_tokens)
+        c = context_len if isinstance(context_len, np.ndarray) else np.asarray(context_len)
+        if q.ndim == 0:
+            self._q[0] = q
+            self._c[0] = c
+            q, c = self._q, self._c
+        if q.shape != c.shape:
+            raise ValueError(f"new_tokens {q.shape} and context_len {c.shape} differ in shape")
+        return K.step_time(q, c, q.shape[0], self.table.ops, self.mods, self.prm,
+                           self.graph_sizes, self._agg, self._comp, self._comm)
+
+    def breakdown(self, new_tokens=None, context_len=None, *, phase: str | None = None,
+                  batch_size: int = 1, input_len: int = 1, context: int = 0) -> Breakdown:
+        """Per-module dispatch / compute / communication of one step.
+
+        Give either per-request ``new_tokens`` and ``context_len`` arrays, or a uniform
+        batch by ``phase`` ('prefill': ``batch_size`` × ``input_len`` new tokens after
+        ``context``; 'decode': one token each after ``context``).
+        """
+        if new_tokens is None:
+            if phase not in PHASES:
+                raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+            q = 1 if phase == "decode" else input_len
+            new_tokens = np.full(batch_size, q, dtype=np.int64)
+            context_len = np.full(batch_size, context, dtype=np.int64)
+        q = np.asarray(new_tokens, dtype=np.int64).ravel()
+        c = np.asarray(context_len, dtype=np.int64).ravel()
+        agg, comp, comm = self.scratch()
+        T, _, graph = K.step_costs(q, c, q.shape[0], self.table.ops, self.mods, self.prm,
+                                   self.graph_sizes, agg, comp, comm)
+        total = K._finish(comp, comm, self.mods, self.prm, graph, T)
+        layers = self.prm[K.P_LAYERS]
+        rows = []
+        disp_total = 0.0
+        gpu_total = 0.0
+        for j, name in enumerate(MODULE_NAMES):
+            reps = layers if MODULE_SECTIONS[j] == K.SECTION_LAYER else 1.0
+            disp = 0.0 if graph else self.mods[j, K.M_DISPATCH] * reps
+            rows.append({"name": name, "dispatch_s": disp, "compute_s": comp[j] * reps,
+                         "comm_s": comm[j] * reps})
+            disp_total += disp
+            gpu_total += (comp[j] + comm[j]) * reps
+        if disp_total > gpu_total:
+            bound = "dispatch"
+        else:
+            bound = self._gpu_bound(q, c)
+        return Breakdown(rows, float(total), bound, bool(graph))
+
+    def _gpu_bound(self, q, c) -> str:
+        """'compute' or 'memory': which roofline side dominates the GPU time of the step."""
+        ops = self.table.ops
+        T = float(q.sum())
+        agg = np.zeros((ops.shape[0], 4))
+        n = q.shape[0]
+        tile = self.prm[K.P_TILE]
+        t_c = t_m = 0.0
+        for r in range(ops.shape[0]):
+            basis = int(ops[r, K.C_BASIS])
+            if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
+                K.attention_aggregates(q, c, n, basis != K.B_ATTN_DECODE, ops[r, K.C_WINDOW],
+                                       tile, agg[r])
+        phase = K.PHASE_DECODE if np.all(q <= 1) else K.PHASE_PREFILL
+        for r in range(ops.shape[0]):
+            basis = int(ops[r, K.C_BASIS])
+            a, b, cc, fam = (ops[r, K.C_A], ops[r, K.C_B], ops[r, K.C_C],
+                             int(ops[r, K.C_FAMILY]))
+            if basis == K.B_TOKENS:
+                w, byt = a * T, b * T + cc
+            elif basis == K.B_ROWS:
+                w, byt = a * n, b * n + cc
+            elif basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE):
+                w, byt = a * agg[r, 0], b * agg[r, 1] + cc * agg[r, 2]
+            elif basis == K.B_SCORES:
+                w, byt = a * agg[r, 3], b * agg[r, 3] + cc * agg[r, 2]
+            else:
+                continue
+            e_c = self.prm[K.eff_index(phase, fam, 0)]
+            e_m = self.prm[K.eff_index(phase, fam, 1)]
+            t_c += w / (e_c * self.prm[K.P_SC + fam])
+            t_m += byt / (e_m * self.prm[K.P_SM])
+        return "compute" if t_c >= t_m else "memory"
+
+    def describe(self) -> dict:
+        """The resolved configuration (for result attrs and CLI output)."""
+        return {
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            **self.parallel.model_dump(),
+            "dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
+            "cuda_graph": self.cuda_graph,
+            "profile": self.profile.name,
+        }
+
+
+def check_dtype_supported(gpu: GPUSpec, dtype: str) -> None:
+    """Raise if ``dtype`` cannot be served on ``gpu``."""
+    if dtype == "fp8" and "fp8" not in gpu.flops:
+        raise SpecError(
+            f"{gpu.name} has no fp8 tensor cores; use --dtype bf16 (or fp16)"
+        )

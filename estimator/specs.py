@@ -1,0 +1,300 @@
+"""Model, GPU and parallelism specs: validated, frozen, and free of side effects.
+
+A :class:`ModelSpec` is the architecture facts the cost model needs, parsed once from a
+Hugging Face ``config.json``; a :class:`GPUSpec` is one accelerator's peaks; a
+:class:`Parallelism` is how one instance is split over GPUs. Everything downstream
+(op tables, memory planner, kernels) reads these and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DType = Literal["bf16", "fp16", "fp8", "fp32", "int8"]
+
+_TORCH_DTYPES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+}
+
+
+class SpecError(ValueError):
+    """A model / GPU / parallelism description that cannot be used."""
+
+
+class ModelSpec(BaseModel):
+    """Architecture of a decoder-only LLM, as the cost model sees it.
+
+    Attention flavours: ``gqa`` (MHA and MQA are special cases) and ``mla``
+    (DeepSeek's multi-head latent attention). MLP flavours: ``gated`` (SwiGLU/GeGLU:
+    gate, up, down) and ``plain`` (OPT: fc1, activation, fc2). MoE layers replace the
+    MLP on ``num_moe_layers`` of the layers.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    model_type: str
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(ge=0)
+    vocab_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(gt=0)
+    tie_word_embeddings: bool = False
+    dtype: DType = "bf16"
+    norm: Literal["rms", "layer"] = "rms"
+    mlp: Literal["gated", "plain"] = "gated"
+    attention: Literal["gqa", "mla"] = "gqa"
+    qkv_bias: bool = False
+    linear_bias: bool = False
+    qk_norm: bool = False
+    norms_per_layer: int = 2
+    learned_positions: bool = False
+    # sliding-window attention: window (tokens) applied on a fraction of the layers
+    sliding_window: int = 0
+    sliding_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    # mixture of experts
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_intermediate_size: int = 0
+    num_moe_layers: int = 0
+    # multi-head latent attention (DeepSeek-V2/V3)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # weights stored in fp8 by the checkpoint (e.g. DeepSeek-V3)
+    checkpoint_fp8: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.attention == "gqa" and self.num_heads % self.num_kv_heads:
+            raise SpecError(
+                f"num_attention_heads ({self.num_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_kv_heads})"
+            )
+        if self.num_moe_layers > self.num_layers:
+            raise SpecError("num_moe_layers exceeds num_hidden_layers")
+        if self.num_moe_layers and not (self.num_experts and self.experts_per_token):
+            raise SpecError("a MoE model needs num_experts and experts_per_token")
+        if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim):
+            raise SpecError("an MLA model needs kv_lora_rank and qk_rope_head_dim")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_moe_layers > 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict, name: str | None = None) -> ModelSpec:
+        """Parse a Hugging Face ``config.json`` dict.
+
+        Supported ``model_type``: llama, mistral, qwen2, qwen3, phi3, gemma2, opt,
+        mixtral, qwen3_moe, deepseek_v2, deepseek_v3 (others with Llama-like field
+        names are read as dense GQA decoders).
+        """
+        mt = str(cfg.get("model_type", "")).lower()
+        name = name or cfg.get("_name_or_path") or mt or "model"
+
+        def need(key: str):
+            if key not in cfg:
+                raise SpecError(f"{name}: config.json has no field {key!r} (model_type {mt!r})")
+            return cfg[key]
+
+        torch_dtype = str(cfg.get("torch_dtype", "bfloat16")).replace("torch.", "")
+        dtype = _TORCH_DTYPES.get(torch_dtype, "bf16")
+        if dtype == "fp32":  # checkpoints saved in fp32 (gemma-2) are served in bf16
+            dtype = "bf16"
+        quant = cfg.get("quantization_config") or {}
+        common = dict(
+            name=name,
+            model_type=mt,
+            vocab_size=need("vocab_size"),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            dtype=dtype,
+            checkpoint_fp8=str(quant.get("quant_method", "")).lower() == "fp8",
+        )
+
+        if mt == "opt":
+            hidden = need("hidden_size")
+            heads = need("num_attention_heads")
+            return cls(
+                **common,
+                num_layers=need("num_hidden_layers"),
+                hidden_size=hidden,
+                num_heads=heads,
+                num_kv_heads=heads,
+                head_dim=hidden // heads,
+                intermediate_size=need("ffn_dim"),
+                max_position_embeddings=need("max_position_embeddings"),
+                norm="layer",
+                mlp="plain",
+                qkv_bias=bool(cfg.get("enable_bias", True)),
+                linear_bias=bool(cfg.get("enable_bias", True)),
+                learned_positions=True,
+            )
+
+        hidden = need("hidden_size")
+        heads = need("num_attention_heads")
+        kv_heads = cfg.get("num_key_value_heads") or heads
+        head_dim = cfg.get("head_dim") or hidden // heads
+        layers = need("num_hidden_layers")
+        spec = dict(
+            **common,
+            num_layers=layers,
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=cfg.get("intermediate_size", 0) or 0,
+            max_position_embeddings=cfg.get("max_position_embeddings", 4096),
+            qkv_bias=bool(cfg.get("attention_bias", mt == "qwen2")),
+            qk_norm=mt in ("qwen3", "qwen3_moe"),
+        )
+        if mt == "gemma2":
+            spec.update(
+                norms_per_layer=4,
+                sliding_window=int(cfg.get("sliding_window") or 0),
+                sliding_fraction=0.5 if cfg.get("sliding_window") else 0.0,
+            )
+        elif mt in ("mistral", "qwen2", "phi3") and cfg.get("sliding_window"):
+            use = cfg.get("use_sliding_window", mt != "qwen2")
+            window = int(cfg["sliding_window"])
+            if use and window < spec["max_position_embeddings"]:
+                spec.update(sliding_window=window, sliding_fraction=1.0)
+
+        if mt == "mixtral":
+            spec.update(
+                num_experts=need("num_local_experts"),
+                experts_per_token=need("num_experts_per_tok"),
+                moe_intermediate_size=need("intermediate_size"),
+                num_moe_layers=layers,
+            )
+        elif mt == "qwen3_moe":
+            step = int(cfg.get("decoder_sparse_step", 1) or 1)
+            skip = set(cfg.get("mlp_only_layers") or [])
+            moe_layers = sum(1 for i in range(layers) if i not in skip and (i + 1) % step == 0)
+            spec.update(
+                num_experts=need("num_experts"),
+                experts_per_token=need("num_experts_per_tok"),
+                moe_intermediate_size=need("moe_intermediate_size"),
+                num_moe_layers=moe_layers,
+            )
+        elif mt in ("deepseek_v2", "deepseek_v3"):
+            first_dense = int(cfg.get("first_k_dense_replace", 0))
+            freq = int(cfg.get("moe_layer_freq", 1) or 1)
+            moe_layers = sum(1 for i in range(first_dense, layers) if i % freq == 0)
+            moe_inter = need("moe_intermediate_size")
+            n_shared = int(cfg.get("n_shared_experts") or 0)
+            spec.update(
+                attention="mla",
+                num_kv_heads=1,
+                head_dim=cfg.get("qk_nope_head_dim", 128) + cfg.get("qk_rope_head_dim", 64),
+                num_experts=need("n_routed_experts"),
+                experts_per_token=need("num_experts_per_tok"),
+                moe_intermediate_size=moe_inter,
+                num_shared_experts=n_shared,
+                shared_intermediate_size=moe_inter * n_shared,
+                num_moe_layers=moe_layers,
+                q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+                kv_lora_rank=need("kv_lora_rank"),
+                qk_nope_head_dim=need("qk_nope_head_dim"),
+                qk_rope_head_dim=need("qk_rope_head_dim"),
+                v_head_dim=need("v_head_dim"),
+            )
+        return cls(**spec)
+
+
+class GPUSpec(BaseModel):
+    """Peaks of one accelerator (decimal units: B/s, FLOP/s; bytes; seconds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    full_name: str = ""
+    aliases: tuple[str, ...] = ()
+    memory_bytes: float = Field(gt=0)
+    mem_bw: float = Field(gt=0)
+    flops: dict[str, float]
+    scaleup_bw: float = Field(gt=0)
+    scaleup_latency_s: float = Field(5e-6, ge=0)
+    scaleout_bw: float = Field(gt=0)
+    scaleout_latency_s: float = Field(1e-5, ge=0)
+    gpus_per_node: int = Field(8, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> GPUSpec:
+        if "bf16" not in self.flops and "fp16" not in self.flops:
+            raise SpecError(f"GPU {self.name}: flops needs a bf16 or fp16 entry")
+        bad = [k for k in self.flops if k not in DTYPE_BYTES]
+        if bad:
+            raise SpecError(f"GPU {self.name}: unknown dtype(s) in flops: {bad}")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak for ``dtype``; fp8 falls back to 16-bit where unsupported (A100)."""
+        if dtype in self.flops:
+            return self.flops[dtype]
+        return self.flops.get("bf16", self.flops.get("fp16"))
+
+
+class Parallelism(BaseModel):
+    """How one serving instance is split: tensor, pipeline, expert, data (attention) parallel.
+
+    ``ep`` experts are spread over ``ep`` ranks; with ``ep > 1`` an expert is not sharded
+    further (vLLM's ``--enable-expert-parallel``), and ``ep`` must divide ``tp * dp``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Parallelism:
+        if (self.tp * self.dp) % self.ep:
+            raise SpecError(f"ep ({self.ep}) must divide tp*dp ({self.tp * self.dp})")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def check_model(self, m: ModelSpec) -> None:
+        """Raise :class:`SpecError` if ``m`` cannot be split this way (as vLLM would)."""
+        if m.num_heads % self.tp:
+            raise SpecError(
+                f"tp={self.tp} does not divide num_attention_heads={m.num_heads} of {m.name}"
+            )
+        if m.attention == "gqa" and m.num_kv_heads < self.tp and self.tp % m.num_kv_heads:
+            raise SpecError(
+                f"tp={self.tp} is not a multiple of num_key_value_heads={m.num_kv_heads}"
+            )
+        if m.attention == "gqa" and m.num_kv_heads >= self.tp and m.num_kv_heads % self.tp:
+            raise SpecError(
+                f"tp={self.tp} does not divide num_key_value_heads={m.num_kv_heads}"
+            )
+        if self.pp > m.num_layers:
+            raise SpecError(f"pp={self.pp} exceeds num_hidden_layers={m.num_layers}")
+        if self.ep > 1 and not m.is_moe:
+            raise SpecError(f"ep={self.ep} given but {m.name} has no experts")
+        if m.is_moe and m.num_experts % self.ep:
+            raise SpecError(f"ep={self.ep} does not divide num_experts={m.num_experts}")

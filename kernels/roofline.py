@@ -1,0 +1,438 @@
+"""Roofline-and-dispatch batch cost kernels (BestServe §2.5, §3.3, Algorithm 1).
+
+Everything here is a numba ``@njit`` function over flat arrays; nothing compiles at import.
+The estimator turns a model + parallelism + calibration profile into three arrays once:
+
+``ops`` (float64, one row per operator of one transformer layer, or of the pre/post part):
+    columns ``C_*`` below. An operator's work ``W`` (FLOP) and traffic ``Q`` (bytes) are
+    linear in a *basis* quantity of the batch, chosen by ``C_BASIS``:
+
+    =================  ===============================================================
+    ``B_TOKENS``       T = new tokens in the step:         W = a·T,  Q = b·T + c
+    ``B_ROWS``         R = logit rows (one per request):   W = a·R,  Q = b·R + c
+    ``B_ATTN_PREFILL`` requests with >1 new token:         W = a·pairs, Q = b·kv_read + c·q
+    ``B_ATTN_DECODE``  requests with 1 new token:          same, over the decode requests
+    ``B_SCORES``       eager attention's score matrix:     W = a·S,  Q = b·S  (S = q·k entries)
+    ``B_MOE``          routed experts on this rank:        W = a·A,  Q = b·A + c·E_active
+    ``B_ALLREDUCE``    ring all-reduce of b·T bytes over the TP group
+    ``B_ALLTOALL``     all-to-all of b·T bytes over the EP group
+    =================  ===============================================================
+
+    where pairs = causal (query, key) pairs, kv_read = KV tokens read (FlashAttention
+    reads each request's KV once per query tile), A = token-expert assignments routed to
+    this rank, E_active = expected experts hit by at least one token.
+
+``mods`` (float64, one row per module): ``M_DISPATCH`` CPU dispatch seconds in eager
+    mode, ``M_SECTION`` 0 = before the layers (embedding), 1 = repeated per layer,
+    2 = after the layers (final norm, LM head, sampler).
+
+``prm`` (float64): scalars at the ``P_*`` indices, including per-phase, per-family
+    efficiencies ``e_c`` (compute) and ``e_m`` (memory) at ``P_EFF``.
+
+An operator's GPU time is the adapted roofline (BestServe eq. 3)
+``W / min(e_c S_c, I e_m S_m) = max(W / (e_c S_c), Q / (e_m S_m))`` plus a fixed
+per-kernel time. Module times are combined with CPU dispatch by the overlap rule of
+BestServe Algorithm 1, solved in closed form over the repeated layers (:func:`combine`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# --- ops columns -------------------------------------------------------------------
+C_MODULE, C_BASIS, C_A, C_B, C_C, C_FAMILY, C_COUNT, C_FRAC, C_WINDOW, C_X1, C_X2, C_PARAM = range(12)
+N_COLS = 12  # C_PARAM: resident weight bytes of the row (memory planner), not used for time
+# --- bases -------------------------------------------------------------------------
+B_TOKENS, B_ROWS, B_ATTN_PREFILL, B_ATTN_DECODE, B_SCORES, B_MOE, B_ALLREDUCE, B_ALLTOALL = range(8)
+# --- op families (efficiency classes) ----------------------------------------------
+F_GEMM, F_ATTN, F_ELEM, F_MOE, F_COMM = range(5)
+N_FAMILIES = 5
+FAMILY_NAMES = ("gemm", "attention", "elementwise", "moe", "comm")
+# --- module table columns ------------------------------------------------------------
+M_DISPATCH, M_SECTION = range(2)
+N_MOD_COLS = 2
+SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
+# --- parameter vector --------------------------------------------------------------
+(
+    P_LAYERS,  # transformer layers of the whole model (all pipeline stages)
+    P_PP,  # pipeline stages
+    P_TP,  # tensor-parallel group size (all-reduce ring size)
+    P_EP,  # expert-parallel group size (all-to-all size)
+    P_MOE_TOKENS,  # multiplier from local tokens to tokens reaching one EP group (dp)
+    P_GRAPH,  # 1.0: pure-decode steps run as one captured CUDA graph
+    P_GRAPH_LAUNCH,  # CPU time to launch one graph replay
+    P_KERNEL_FIXED,  # GPU time every kernel costs regardless of size
+    P_STEP_OVERHEAD,  # CPU time per engine step outside the forward pass
+    P_TILE,  # FlashAttention query tile (rows)
+    P_COMM_BW,  # TP/EP link bandwidth per direction, B/s
+    P_COMM_LAT,  # per-collective latency, s
+    P_P2P_BW,  # pipeline send/recv bandwidth, B/s
+    P_P2P_LAT,  # pipeline send/recv latency, s
+    P_P2P_BYTES,  # bytes per token sent between pipeline stages
+    P_SM,  # peak memory bandwidth, B/s
+    P_SC,  # peak FLOP/s per family (N_FAMILIES entries)
+) = range(17)
+P_EFF = P_SC + N_FAMILIES  # e_c, e_m for [phase][family]: 2 * N_FAMILIES * 2 entries
+N_PARAMS = P_EFF + 2 * N_FAMILIES * 2
+PHASE_PREFILL, PHASE_DECODE = 0, 1
+
+
+@njit(cache=True)
+def eff_index(phase, family, which):
+    """Index in ``prm`` of e_c (``which`` = 0) or e_m (``which`` = 1)."""
+    return P_EFF + (phase * N_FAMILIES + family) * 2 + which
+
+
+@njit(cache=True)
+def roofline_time(work, traffic, peak_flops, peak_bw, e_c, e_m):
+    """Adapted roofline time of one operator, seconds.
+
+    ``max(W / (e_c S_c), Q / (e_m S_m))``, equal to ``W / P`` with
+    ``P = min(e_c S_c, I e_m S_m)`` and ``I = W / Q`` (BestServe eq. 3).
+    """
+    t_c = work / (e_c * peak_flops)
+    t_m = traffic / (e_m * peak_bw)
+    return t_c if t_c > t_m else t_m
+
+
+@njit(cache=True)
+def ring_allreduce_time(nbytes, group, bw, latency, eff):
+    """Ring all-reduce of ``nbytes`` over ``group`` ranks: 2(n-1)/n · bytes / (eff·bw) + 2(n-1)·lat."""
+    if group <= 1 or nbytes <= 0.0:
+        return 0.0
+    steps = 2.0 * (group - 1)
+    return steps / group * nbytes / (eff * bw) + steps * latency
+
+
+@njit(cache=True)
+def alltoall_time(nbytes, group, bw, latency, eff):
+    """All-to-all of ``nbytes`` per rank over ``group`` ranks: (n-1)/n · bytes / (eff·bw) + lat."""
+    if group <= 1 or nbytes <= 0.0:
+        return 0.0
+    return (group - 1.0) / group * nbytes / (eff * bw) + latency
+
+
+@njit(cache=True)
+def _pairs_upto(n, window):
+    """Causal (query, key) pairs of the first ``n`` positions: sum_{p<n} min(p+1, window)."""
+    if window <= 0.0 or n <= window:
+        return n * (n + 1.0) * 0.5
+    return window * (window + 1.0) * 0.5 + (n - window) * window
+
+
+@njit(cache=True)
+def attention_request(q, c, window, tile):
+    """Pairs and KV tokens read for one request with ``q`` new tokens after ``c`` cached ones.
+
+    Pairs are causal: query at position p sees min(p+1, window) keys. KV reads follow
+    FlashAttention: each query tile of ``tile`` rows streams the keys it can see once.
+    Returns ``(pairs, kv_read)``.
+    """
+    pairs = _pairs_upto(c + q, window) - _pairs_upto(c, window)
+    if q <= 1.0:
+        kv = c + q
+        if window > 0.0 and kv > window:
+            kv = window
+        return pairs, kv
+    kv = 0.0
+    start = 0.0
+    while start < q:
+        end = start + tile
+        if end > q:
+            end = q
+        seen = c + end
+        if window > 0.0:
+            lo = c + start - window + 1.0
+            if lo > 0.0:
+                seen -= lo
+        kv += seen
+        start = end
+    return pairs, kv
+
+
+@njit(cache=True)
+def attention_aggregates(new_tokens, context_len, n, prefill_class, window, tile, out):
+    """Sum pairs, KV reads and query tokens over the requests of one class.
+
+    ``prefill_class``: True sums requests with more than one new token, False the rest.
+    Writes ``out[0] = pairs, out[1] = kv_read, out[2] = query tokens,
+    out[3] = full score entries q·(c+q)`` (what an eager implementation materialises).
+    """
+    out[0] = 0.0
+    out[1] = 0.0
+    out[2] = 0.0
+    out[3] = 0.0
+    for i in range(n):
+        q = float(new_tokens[i])
+        if q <= 0.0 or (q > 1.0) != prefill_class:
+            continue
+        c = float(context_len[i])
+        pairs, kv = attention_request(q, c, window, tile)
+        out[0] += pairs
+        out[1] += kv
+        out[2] += q
+        out[3] += q * (c + q)
+
+
+@njit(cache=True)
+def _expected_active(experts, frac, tokens):
+    """Expected local experts hit by at least one of ``tokens`` tokens (uniform routing)."""
+    if tokens <= 0.0:
+        return 0.0
+    return experts * (1.0 - (1.0 - frac) ** tokens)
+
+
+@njit(cache=True)
+def module_times(T, R, phase, agg, ops, prm, comp, comm):
+    """GPU compute and communication seconds per module for one step (one layer pass).
+
+    ``agg`` holds, per op row, the attention aggregates of that row's request class
+    (see :func:`attention_aggregates`); other rows ignore it. Results accumulate into
+    ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction.
+    """
+    comp[:] = 0.0
+    comm[:] = 0.0
+    sm = prm[P_SM]
+    fixed = prm[P_KERNEL_FIXED]
+    for r in range(ops.shape[0]):
+        basis = int(ops[r, C_BASIS])
+        fam = int(ops[r, C_FAMILY])
+        mod = int(ops[r, C_MODULE])
+        a = ops[r, C_A]
+        b = ops[r, C_B]
+        c = ops[r, C_C]
+        frac = ops[r, C_FRAC]
+        ph = phase
+        if basis == B_ATTN_DECODE:
+            ph = PHASE_DECODE
+        elif basis == B_ATTN_PREFILL:
+            ph = PHASE_PREFILL
+        e_c = prm[eff_index(ph, fam, 0)]
+        e_m = prm[eff_index(ph, fam, 1)]
+        if basis == B_ALLREDUCE:
+            t = ring_allreduce_time(b * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
+            comm[mod] += frac * t
+            continue
+        if basis == B_ALLTOALL:
+            t = alltoall_time(b * T * prm[P_MOE_TOKENS], prm[P_EP], prm[P_COMM_BW],
+                              prm[P_COMM_LAT], e_m)
+            comm[mod] += frac * t
+            continue
+        if basis == B_TOKENS:
+            if T <= 0.0:
+                continue
+            w = a * T
+            q = b * T + c
+        elif basis == B_ROWS:
+            if R <= 0.0:
+                continue
+            w = a * R
+            q = b * R + c
+        elif basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE:
+            if agg[r, 2] <= 0.0:
+                continue
+            w = a * agg[r, 0]
+            q = b * agg[r, 1] + c * agg[r, 2]
+        elif basis == B_SCORES:
+            if agg[r, 3] <= 0.0:
+                continue
+            w = a * agg[r, 3]
+            q = b * agg[r, 3] + c * agg[r, 2]
+        else:  # B_MOE
+            tokens = T * prm[P_MOE_TOKENS]
+            if tokens <= 0.0:
+                continue
+            local_experts = ops[r, C_X1]
+            frac_hit = ops[r, C_X2]  # top-k / num_experts: chance a token picks one expert
+            assign = tokens * frac_hit * local_experts
+            w = a * assign
+            q = b * assign + c * _expected_active(local_experts, frac_hit, tokens)
+        t = roofline_time(w, q, prm[P_SC + fam], sm, e_c, e_m)
+        comp[mod] += frac * (t + ops[r, C_COUNT] * fixed)
+
+
+@njit(cache=True)
+def combine(comp, comm, mods, prm, graph):
+    """Overlap CPU dispatch with GPU work over the whole forward pass (Algorithm 1).
+
+    The CPU issues module j at ``d_j`` (cumulative dispatch); the GPU starts it at
+    ``max(f_{j-1}, d_j)`` and finishes after its compute and communication:
+    ``f_j = max(f_{j-1}, d_j) + g_j``. For the ``L`` identical layers the per-layer map
+    on the lag ``e = f - d`` is ``e' = max(e + G - D, K - D)`` (G, D: the layer's GPU and
+    dispatch totals; K: the max over modules of dispatch-before plus GPU-after), whose
+    L-fold iterate is ``max(e + L(G-D), (K-D) + (L-1) max(G-D, 0))``. With ``graph`` the
+    whole pass is one graph launch and modules carry no dispatch of their own.
+    Returns the seconds of one forward pass through all layers.
+    """
+    L = prm[P_LAYERS]
+    d = prm[P_GRAPH_LAUNCH] if graph else 0.0
+    f = d
+    # pre-layer modules
+    for j in range(mods.shape[0]):
+        if mods[j, M_SECTION] != SECTION_PRE:
+            continue
+        if not graph:
+            d += mods[j, M_DISPATCH]
+        f = (f if f > d else d) + comp[j] + comm[j]
+    # repeated layers, closed form
+    D = 0.0
+    G = 0.0
+    K = -1e300
+    for j in range(mods.shape[0]):
+        if mods[j, M_SECTION] != SECTION_LAYER:
+            continue
+        if not graph:
+            D += mods[j, M_DISPATCH]
+        g = comp[j] + comm[j]
+        # K = max_j (D_cum_j + G_suffix_j) = max_j (D_cum_j - G_prefix_{j-1}) + G
+        cand = D - G
+        if cand > K:
+            K = cand
+        G += g
+    K += G
+    if L > 0.0 and (G > 0.0 or D > 0.0):
+        e0 = f - d
+        a = G - D
+        grow = a if a > 0.0 else 0.0
+        e1 = e0 + L * a
+        e2 = (K - D) + (L - 1.0) * grow
+        e = e1 if e1 > e2 else e2
+        d += L * D
+        f = d + e
+    # post-layer modules
+    for j in range(mods.shape[0]):
+        if mods[j, M_SECTION] != SECTION_POST:
+            continue
+        if not graph:
+            d += mods[j, M_DISPATCH]
+        f = (f if f > d else d) + comp[j] + comm[j]
+    return f
+
+
+@njit(cache=True)
+def _graph_size(n_tokens, sizes):
+    """Smallest capture size >= n_tokens, or -1 if the batch is larger than all of them."""
+    for k in range(sizes.shape[0]):
+        if sizes[k] >= n_tokens:
+            return sizes[k]
+    return -1.0
+
+
+@njit(cache=True)
+def _finish(comp, comm, mods, prm, graph, T):
+    """Forward pass + pipeline sends + per-step engine overhead.
+
+    One batch crosses the ``pp`` stages one after another, so its latency is every layer
+    in sequence plus ``pp - 1`` activation sends (a pipelined engine overlaps *different*
+    batches; that is the simulator's business, not one step's cost).
+    """
+    pp = prm[P_PP]
+    fwd = combine(comp, comm, mods, prm, graph)
+    p2p = 0.0
+    if pp > 1.0:
+        p2p = prm[P_P2P_LAT] + prm[P_P2P_BYTES] * T / prm[P_P2P_BW]
+    return fwd + (pp - 1.0) * p2p + prm[P_STEP_OVERHEAD]
+
+
+@njit(cache=True)
+def step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp, comm):
+    """Fill per-module ``comp``/``comm`` for one mixed step; return (T, R, graph flag).
+
+    Scratch arrays ``agg`` (n_ops × 4), ``comp`` and ``comm`` (n_modules) are caller-owned
+    so that a scheduler loop allocates nothing per step.
+    """
+    T = 0.0
+    pure_decode = n > 0
+    for i in range(n):
+        T += new_tokens[i]
+        if new_tokens[i] > 1:
+            pure_decode = False
+    R = float(n)
+    graph = False
+    if pure_decode and prm[P_GRAPH] > 0.0:
+        padded = _graph_size(T, graph_sizes)
+        if padded > 0.0:
+            graph = True
+            T = padded
+            R = padded
+    tile = prm[P_TILE]
+    for r in range(ops.shape[0]):
+        basis = int(ops[r, C_BASIS])
+        if basis == B_ATTN_PREFILL or basis == B_SCORES:
+            attention_aggregates(new_tokens, context_len, n, True, ops[r, C_WINDOW], tile,
+                                 agg[r])
+        elif basis == B_ATTN_DECODE:
+            attention_aggregates(new_tokens, context_len, n, False, ops[r, C_WINDOW], tile,
+                                 agg[r])
+    phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
+    module_times(T, R, phase, agg, ops, prm, comp, comm)
+    return T, R, graph
+
+
+@njit(cache=True)
+def step_time(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp, comm):
+    """Seconds for one engine step over requests ``0..n-1`` (the scheduler's hot call).
+
+    ``new_tokens[i]`` tokens are computed for request i on top of ``context_len[i]``
+    cached ones. Steps where every request decodes one token are "decode" phase (and run
+    as a CUDA graph when enabled and the padded batch fits a capture size); any request
+    with more than one new token makes the step "prefill" phase for its linear layers.
+    """
+    if n <= 0:
+        return 0.0
+    T, R, graph = step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg,
+                             comp, comm)
+    return _finish(comp, comm, mods, prm, graph, T)
+
+
+@njit(cache=True)
+def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_sizes, out):
+    """Step seconds for uniform batches, elementwise over 1-D arrays (the vectorized path).
+
+    Entry k: ``batch[k]`` requests, each with ``new_tokens[k]`` new tokens on top of
+    ``context_len[k]`` cached ones. Attention aggregates are those of one request scaled
+    by the batch size, so the cost per entry does not grow with the batch.
+    """
+    n_ops = ops.shape[0]
+    n_mod = mods.shape[0]
+    agg = np.zeros((n_ops, 4))
+    comp = np.zeros(n_mod)
+    comm = np.zeros(n_mod)
+    tile = prm[P_TILE]
+    use_graph = prm[P_GRAPH] > 0.0
+    for k in range(batch.shape[0]):
+        B = float(batch[k])
+        q = float(new_tokens[k])
+        c = float(context_len[k])
+        if B <= 0.0 or q <= 0.0:
+            out[k] = 0.0
+            continue
+        T = B * q
+        R = B
+        pure_decode = q <= 1.0
+        graph = False
+        if pure_decode and use_graph:
+            padded = _graph_size(T, graph_sizes)
+            if padded > 0.0:
+                graph = True
+                T = padded
+                R = padded
+        for r in range(n_ops):
+            basis = int(ops[r, C_BASIS])
+            if basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE or basis == B_SCORES:
+                is_prefill_row = basis != B_ATTN_DECODE
+                if is_prefill_row == pure_decode:
+                    agg[r, 0] = 0.0
+                    agg[r, 1] = 0.0
+                    agg[r, 2] = 0.0
+                    agg[r, 3] = 0.0
+                    continue
+                pairs, kv = attention_request(q, c, ops[r, C_WINDOW], tile)
+                agg[r, 0] = B * pairs
+                agg[r, 1] = B * kv
+                agg[r, 2] = B * q
+                agg[r, 3] = B * q * (c + q)
+        phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
+        module_times(T, R, phase, agg, ops, prm, comp, comm)
+        out[k] = _finish(comp, comm, mods, prm, graph, T)
