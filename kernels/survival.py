@@ -116,7 +116,7 @@ def conditional_survival(surv, delta, l_now, l_future, out):
     fn = float(surv.shape[0])
     for k in range(l_now.shape[0]):
         den = _interp(tab, inv, fn, l_now[k])
-        p = min(_interp(tab, inv, fn, l_future[k]) / max(den, 1e-300), 1.0)
+        p = min(_interp(tab, inv, fn, l_future[k]) / (den if den > 0.0 else 1.0), 1.0)
         out[k] = p if den > 0.0 else 1.0
 
 
@@ -136,7 +136,7 @@ def projected_active_load(surv, delta, instance, l_in, l_now, rate, horizon, out
     for k in range(l_now.shape[0]):
         lf = l_now[k] + rate[k] * horizon
         den = _interp(tab, inv, fn, l_now[k])
-        p = min(_interp(tab, inv, fn, lf) / max(den, 1e-300), 1.0)
+        p = min(_interp(tab, inv, fn, lf) / (den if den > 0.0 else 1.0), 1.0)
         p = p if den > 0.0 else 1.0
         out[instance[k]] += (l_in[k] + lf) * p
 
@@ -167,9 +167,17 @@ def ema_survival_update_many_ref(surv, delta, alpha, final_lens):
 
 
 def _interp_ref(surv, delta, lengths):
-    nodes = np.arange(surv.shape[0] + 1) * delta
-    values = np.concatenate(([1.0], surv))
-    return np.interp(lengths, nodes, values, left=1.0, right=surv[-1])
+    """Vectorised form of the kernels' lookup (same arithmetic, so the same rounding).
+
+    It equals ``np.interp(lengths, arange(n + 1) * delta, [1, *surv])`` with flat ends up to
+    rounding at the nodes; the tests check that too.
+    """
+    n = surv.shape[0]
+    tab = np.concatenate(([1.0], surv, surv[-1:]))
+    x = np.minimum(np.maximum(np.asarray(lengths, dtype=np.float64) * (1.0 / delta), 0.0), n)
+    i = x.astype(np.int64)
+    lo = tab[i]
+    return lo + (x - i) * (tab[i + 1] - lo)
 
 
 def survival_at_ref(surv, delta, lengths, out):
@@ -181,8 +189,7 @@ def conditional_survival_ref(surv, delta, l_now, l_future, out):
     """NumPy reference of :func:`conditional_survival`."""
     den = _interp_ref(surv, delta, l_now)
     num = _interp_ref(surv, delta, l_future)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.minimum(num / den, 1.0)
+    p = np.minimum(num / np.where(den > 0.0, den, 1.0), 1.0)
     out[:] = np.where(den > 0.0, p, 1.0)
 
 
