@@ -64,11 +64,12 @@ def list_gpus() -> list[str]:
     return sorted(_gpu_table())
 
 
-def _unknown(kind: str, name: str, choices: list[str]) -> CatalogError:
+def _unknown(kind: str, name: str, choices: list[str], shown: list[str]) -> CatalogError:
+    """Error naming the close matches among ``choices`` and listing ``shown``."""
     close = difflib.get_close_matches(name.lower(), choices, n=4, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return CatalogError(
-        f"unknown {kind} {name!r}{hint} (known: {', '.join(sorted(set(choices))[:40])}; "
+        f"unknown {kind} {name!r}{hint} (known: {', '.join(shown)}; "
         f"or give a path to a {'config.json' if kind == 'model' else 'YAML file'})"
     )
 
@@ -105,11 +106,10 @@ def resolve_model(model: str | Path | dict | ModelSpec) -> ModelSpec:
         return ModelSpec.from_hf_config(_read_json(path), name=path.parent.name or path.stem)
     index = _model_index()
     key = text.lower()
-    if key.endswith("-hf"):
-        key = key[:-3]
-    if key in index:
-        return _bundled_model(index[key])
-    raise _unknown("model", text, list(index))
+    for candidate in (key, key[:-3] if key.endswith("-hf") else key):
+        if candidate in index:
+            return _bundled_model(index[candidate])
+    raise _unknown("model", text, list(index), list_models())
 
 
 def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
@@ -137,4 +137,4 @@ def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
         if key == name or key in [a.lower() for a in fields.get("aliases", [])]:
             return GPUSpec(name=name, **{**fields, "aliases": tuple(fields.get("aliases", []))})
     names = list(table) + [a for f in table.values() for a in f.get("aliases", [])]
-    raise _unknown("GPU", text, names)
+    raise _unknown("GPU", text, names, list_gpus())

@@ -131,7 +131,7 @@ def build_ops(model: ModelSpec, par: Parallelism, weight_dtype: str | None = Non
         b.add("ffn_allreduce", MOD_FFN, K.B_ALLREDUCE, b=h * act, family=K.F_COMM, count=0)
 
     # ---- final norm, LM head (one logit row per request), sampler ----------------------
-    _norm(b, "final_norm", MOD_FNORM, model, h, act, eager, 0.5, final=True)
+    _norm(b, "final_norm", MOD_FNORM, model, h, act, eager, 1.0, final=True)
     head_params = 0.0 if model.tie_word_embeddings else V * h * w
     b.add("lm_head", MOD_HEAD, K.B_ROWS, a=2 * V * h, b=act * h + 4 * V, c=w * V * h,
           family=K.F_GEMM, param=head_params)

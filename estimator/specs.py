@@ -24,6 +24,9 @@ _TORCH_DTYPES = {
 }
 
 
+_TIED_BY_DEFAULT = ("opt", "gemma", "gemma2")
+
+
 class SpecError(ValueError):
     """A model / GPU / parallelism description that cannot be used."""
 
@@ -126,7 +129,8 @@ class ModelSpec(BaseModel):
             name=name,
             model_type=mt,
             vocab_size=need("vocab_size"),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            # transformers' default is True, overridden to False by most decoder configs
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", mt in _TIED_BY_DEFAULT)),
             dtype=dtype,
             checkpoint_fp8=str(quant.get("quant_method", "")).lower() == "fp8",
         )

@@ -1,3 +1,28 @@
-"""serveplan: plan LLM serving deployments on one CPU."""
+"""serveplan: plan LLM serving deployments on one CPU.
+
+The public Python API: :class:`CostOracle` (step costs), :func:`plan_memory` (KV blocks),
+and the catalog resolvers. Importing this package compiles nothing.
+"""
+
+from serveplan.estimator.catalog import list_gpus, list_models, resolve_gpu, resolve_model
+from serveplan.estimator.memory import MemoryPlan, plan_memory
+from serveplan.estimator.oracle import CostOracle
+from serveplan.estimator.profile import Profile, load_profile
+from serveplan.estimator.specs import GPUSpec, ModelSpec, Parallelism
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "CostOracle",
+    "GPUSpec",
+    "MemoryPlan",
+    "ModelSpec",
+    "Parallelism",
+    "Profile",
+    "list_gpus",
+    "list_models",
+    "load_profile",
+    "plan_memory",
+    "resolve_gpu",
+    "resolve_model",
+]

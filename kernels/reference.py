@@ -1,0 +1,158 @@
+"""Plain NumPy / Python references for the numba kernels, written the obvious way.
+
+Each reference computes what its kernel computes without the kernel's shortcuts: pairs
+and KV reads by enumerating positions and tiles, the dispatch/GPU overlap by stepping
+through every module of every layer instead of the closed form. Tests hold the kernels to
+these; benchmarks time both. ``REFERENCE`` maps kernel name -> reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import roofline as K
+
+
+def roofline_time_ref(work, traffic, peak_flops, peak_bw, e_c, e_m):
+    """W / P with P = min(e_c S_c, I e_m S_m), I = W / Q (BestServe eq. 3), as written."""
+    work = np.asarray(work, dtype=float)
+    traffic = np.asarray(traffic, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = work / traffic
+        perf = np.minimum(e_c * peak_flops, intensity * e_m * peak_bw)
+        t = np.where(work > 0, work / perf, traffic / (e_m * peak_bw))
+    return t
+
+
+def ring_allreduce_time_ref(nbytes, group, bw, latency, eff):
+    """Reduce-scatter then all-gather, each n-1 steps moving nbytes/n per step."""
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    step = nbytes / group / (eff * bw) + latency
+    return 2 * (group - 1) * step
+
+
+def alltoall_time_ref(nbytes, group, bw, latency, eff):
+    """Each rank sends (n-1)/n of its bytes to the others, links used in parallel."""
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    return nbytes * (group - 1) / group / (eff * bw) + latency
+
+
+def attention_request_ref(q, c, window, tile):
+    """Causal pairs and FlashAttention KV reads by enumerating query positions and tiles."""
+    q, c = int(q), int(c)
+    pos = np.arange(c, c + q)
+    seen = pos + 1 if window <= 0 else np.minimum(pos + 1, int(window))
+    pairs = float(seen.sum())
+    if q <= 1:
+        return pairs, float(seen[-1]) if q == 1 else 0.0
+    kv = 0.0
+    for start in range(0, q, int(tile)):
+        end = min(start + int(tile), q)
+        first_q, last_q = c + start, c + end - 1
+        hi = last_q + 1  # keys [lo, hi) visible to some query of the tile
+        lo = 0 if window <= 0 else max(0, first_q - int(window) + 1)
+        kv += hi - lo
+    return pairs, kv
+
+
+def _op_work_traffic(ops, r, T, R, prm, agg_row):
+    basis = int(ops[r, K.C_BASIS])
+    a, b, c = ops[r, K.C_A], ops[r, K.C_B], ops[r, K.C_C]
+    if basis == K.B_TOKENS:
+        return (a * T, b * T + c) if T > 0 else (0.0, 0.0)
+    if basis == K.B_ROWS:
+        return (a * R, b * R + c) if R > 0 else (0.0, 0.0)
+    if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE):
+        return a * agg_row[0], b * agg_row[1] + c * agg_row[2]
+    if basis == K.B_SCORES:
+        return a * agg_row[3], b * agg_row[3] + c * agg_row[2]
+    if basis == K.B_MOE:
+        tokens = T * prm[K.P_MOE_TOKENS]
+        experts, p = ops[r, K.C_X1], ops[r, K.C_X2]
+        # probability that a given local expert receives none of the tokens
+        active = experts * (1 - (1 - p) ** tokens) if tokens > 0 else 0.0
+        assign = tokens * p * experts
+        return a * assign, b * assign + c * active
+    raise ValueError(f"basis {basis} has no work/traffic")
+
+
+def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
+    """One step, computed op by op and module by module through every layer."""
+    q = np.asarray(new_tokens, dtype=float)
+    cx = np.asarray(context_len, dtype=float)
+    n = q.shape[0]
+    if n == 0:
+        return 0.0
+    T, R = q.sum(), float(n)
+    pure_decode = bool(np.all(q <= 1))
+    graph = False
+    if pure_decode and prm[K.P_GRAPH] > 0:
+        fits = graph_sizes[graph_sizes >= T]
+        if fits.size:
+            graph, T, R = True, float(fits[0]), float(fits[0])
+    phase = K.PHASE_DECODE if pure_decode else K.PHASE_PREFILL
+    n_mod = mods.shape[0]
+    comp = np.zeros(n_mod)
+    comm = np.zeros(n_mod)
+    for r in range(ops.shape[0]):
+        basis = int(ops[r, K.C_BASIS])
+        fam = int(ops[r, K.C_FAMILY])
+        mod = int(ops[r, K.C_MODULE])
+        frac = ops[r, K.C_FRAC]
+        ph = {K.B_ATTN_DECODE: K.PHASE_DECODE, K.B_ATTN_PREFILL: K.PHASE_PREFILL}.get(basis,
+                                                                                    phase)
+        e_c = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2]
+        e_m = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2 + 1]
+        if basis == K.B_ALLREDUCE:
+            comm[mod] += frac * ring_allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP],
+                                                        prm[K.P_COMM_BW], prm[K.P_COMM_LAT],
+                                                        e_m)
+            continue
+        if basis == K.B_ALLTOALL:
+            comm[mod] += frac * alltoall_time_ref(ops[r, K.C_B] * T * prm[K.P_MOE_TOKENS],
+                                                  prm[K.P_EP], prm[K.P_COMM_BW],
+                                                  prm[K.P_COMM_LAT], e_m)
+            continue
+        agg = np.zeros(4)
+        if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
+            want_prefill = basis != K.B_ATTN_DECODE
+            for i in range(n):
+                if q[i] <= 0 or (q[i] > 1) != want_prefill:
+                    continue
+                pairs, kv = attention_request_ref(q[i], cx[i], ops[r, K.C_WINDOW],
+                                                  prm[K.P_TILE])
+                agg += (pairs, kv, q[i], q[i] * (cx[i] + q[i]))
+            if agg[2] == 0:
+                continue
+        w, byt = _op_work_traffic(ops, r, T, R, prm, agg)
+        if w == 0 and byt == 0:
+            continue
+        t = float(roofline_time_ref(w, byt, prm[K.P_SC + fam], prm[K.P_SM], e_c, e_m))
+        comp[mod] += frac * (t + ops[r, K.C_COUNT] * prm[K.P_KERNEL_FIXED])
+    # Algorithm 1, module by module through every layer
+    sections = mods[:, K.M_SECTION]
+    order = [j for j in range(n_mod) if sections[j] == K.SECTION_PRE]
+    layer = [j for j in range(n_mod) if sections[j] == K.SECTION_LAYER]
+    order += layer * int(prm[K.P_LAYERS])
+    order += [j for j in range(n_mod) if sections[j] == K.SECTION_POST]
+    d = prm[K.P_GRAPH_LAUNCH] if graph else 0.0
+    f = d
+    for j in order:
+        if not graph:
+            d += mods[j, K.M_DISPATCH]
+        f = max(f, d) + comp[j] + comm[j]
+    if prm[K.P_PP] > 1:
+        f += (prm[K.P_PP] - 1) * (prm[K.P_P2P_LAT] + prm[K.P_P2P_BYTES] * T / prm[K.P_P2P_BW])
+    return f + prm[K.P_STEP_OVERHEAD]
+
+
+REFERENCE = {
+    "roofline_time": roofline_time_ref,
+    "ring_allreduce_time": ring_allreduce_time_ref,
+    "alltoall_time": alltoall_time_ref,
+    "attention_request": attention_request_ref,
+    "step_time": step_time_ref,
+    "uniform_step_times": step_time_ref,
+}

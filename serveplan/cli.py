@@ -1,0 +1,29 @@
+"""The ``serveplan`` command line (typer). Commands declare options; work lives elsewhere."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="serveplan",
+    help="Plan LLM serving deployments on one CPU: step costs, memory plans, simulations.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # each command module adds itself to ``app``; one line per command module
+    from serveplan.commands import estimate  # noqa: F401
+
+
+_register()
+
+
+def main() -> None:  # console-script entry point
+    app()
+
+
+if __name__ == "__main__":
+    main()

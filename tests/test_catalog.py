@@ -1,0 +1,112 @@
+"""Catalog names, paths and errors; op tables against independent parameter counts."""
+
+import json
+
+import numpy as np
+import pytest
+from serveplan.estimator.catalog import (
+    CatalogError,
+    list_gpus,
+    list_models,
+    resolve_gpu,
+    resolve_model,
+)
+from serveplan.estimator.ops import build_ops
+from serveplan.estimator.specs import Parallelism, SpecError
+from serveplan.kernels import roofline as K
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-2-70b", "qwen3-30b-a3b", "deepseek-v3",
+                                  "codellama-34b-instruct", "opt-66b", "gemma-2-9b",
+                                  "mixtral-8x7b-v0.1", "phi-3-mini-4k-instruct",
+                                  "meta-llama/Llama-2-70b-hf", "Qwen/Qwen3-30B-A3B",
+                                  "LLAMA-2-70B-HF"])
+def test_models_by_short_and_full_name(name):
+    assert resolve_model(name).num_layers > 0
+
+
+def test_model_from_config_path(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "num_hidden_layers": 4, "intermediate_size": 1024,
+           "vocab_size": 1000, "max_position_embeddings": 2048, "torch_dtype": "bfloat16"}
+    path = tmp_path / "tiny" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    m = resolve_model(str(path))
+    assert (m.head_dim, m.num_kv_heads, m.name) == (64, 2, "tiny")
+    assert resolve_model(str(path.parent)).num_layers == 4
+
+
+def test_unknown_model_lists_close_matches():
+    with pytest.raises(CatalogError, match="did you mean.*llama-3.1-8b"):
+        resolve_model("llama-3.1-7b")
+
+
+def test_bad_config_names_the_field(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 512, "vocab_size": 10}))
+    with pytest.raises(SpecError, match="num_attention_heads"):
+        resolve_model(str(path))
+    path.write_text("{not json")
+    with pytest.raises(CatalogError, match="line 1"):
+        resolve_model(str(path))
+
+
+@pytest.mark.parametrize("name,canonical", [("h100", "h100"), ("H100-SXM", "h100"),
+                                            ("a100", "a100-80gb"), ("h20", "h20"),
+                                            ("h800", "h800"), ("b200", "b200"),
+                                            ("l40s", "l40s"), ("mi300x", "mi300x"),
+                                            ("ascend-910b3", "ascend-910b3")])
+def test_gpus_by_name_and_alias(name, canonical):
+    assert resolve_gpu(name).name == canonical
+
+
+def test_gpu_from_yaml_and_errors(tmp_path):
+    path = tmp_path / "mygpu.yaml"
+    path.write_text("memory_bytes: 8.0e10\nmem_bw: 2.0e12\nflops: {bf16: 5.0e14}\n"
+                    "scaleup_bw: 1.0e11\nscaleout_bw: 2.5e10\n")
+    g = resolve_gpu(str(path))
+    assert g.name == "mygpu" and g.peak_flops("fp8") == 5e14
+    with pytest.raises(CatalogError, match="did you mean"):
+        resolve_gpu("h10")
+    assert "h100" in list_gpus() and "llama-3.1-8b" in list_models()
+
+
+@pytest.mark.parametrize("name,params", [
+    ("llama-3.1-8b", 8.03e9), ("llama-3.1-70b", 70.55e9), ("llama-2-7b", 6.74e9),
+    ("mixtral-8x7b-v0.1", 46.7e9), ("qwen3-30b-a3b", 30.5e9), ("deepseek-v3", 671e9),
+    ("opt-66b", 65.7e9), ("gemma-2-9b", 9.24e9), ("phi-3-mini-4k-instruct", 3.82e9),
+])
+def test_weights_match_published_parameter_counts(name, params):
+    """Sum of resident weight bytes / dtype size = the model card's parameter count (±2%)."""
+    m = resolve_model(name)
+    t = build_ops(m, Parallelism())
+    ops = t.ops
+    per_layer = np.sum(ops[:, K.C_PARAM] * ops[:, K.C_FRAC] *
+                       (ops[:, K.C_MODULE] >= 1) * (ops[:, K.C_MODULE] <= 4))
+    other = np.sum(ops[:, K.C_PARAM] * ((ops[:, K.C_MODULE] < 1) | (ops[:, K.C_MODULE] > 4)))
+    wbytes = 1 if m.checkpoint_fp8 else 2
+    total = (per_layer * m.num_layers + other) / wbytes
+    if m.tie_word_embeddings:
+        assert "lm_head" in t.names
+    assert total == pytest.approx(params, rel=0.02)
+
+
+def test_decode_flops_per_token_about_twice_active_params():
+    # dense decoder: forward FLOPs per token ≈ 2 × (non-embedding) parameters + attention
+    m = resolve_model("llama-3.1-8b")
+    ops = build_ops(m, Parallelism()).ops
+    tok = ops[:, K.C_BASIS] == K.B_TOKENS
+    gemm = tok & (ops[:, K.C_FAMILY] == K.F_GEMM)
+    flops = np.sum(ops[gemm, K.C_A]) * m.num_layers
+    assert flops == pytest.approx(2 * (8.03e9 - 2 * 525_336_576), rel=0.01)
+
+
+def test_parallelism_validation():
+    m = resolve_model("llama-3.1-8b")
+    with pytest.raises(SpecError, match="tp=3"):
+        Parallelism(tp=3).check_model(m)
+    with pytest.raises(SpecError, match="no experts"):
+        Parallelism(tp=2, ep=2).check_model(m)
+    with pytest.raises(ValueError, match="ep"):
+        Parallelism(tp=2, ep=4)
