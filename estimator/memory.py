@@ -173,7 +173,7 @@ def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
 
     # every rank computes its own block count; vLLM keeps the minimum
     blocks = []
-    for w, n_layers in zip(weights_stage, layers_stage):
+    for w, n_layers in zip(weights_stage, layers_stage, strict=True):
         avail = (kv_cache_memory_bytes if kv_cache_memory_bytes is not None
                  else requested - w - act - non_torch)
         blocks.append(math.floor(max(avail, 0.0) / page / n_layers))
