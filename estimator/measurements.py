@@ -19,9 +19,11 @@ Identity columns (strings):
 ``gpu``
     Our short GPU name (``h100``, ``h200``, ``b200``, ``a100-80gb``, ``l40s`` ...);
     see :func:`gpu_short_name`.
-``engine``, ``engine_version``
+``engine``, ``engine_version``, ``engine_build``
     Framework that dispatched the kernel (``vllm``, ``trtllm``, ``sglang``, ``nccl``,
-    ``oneccl``, ``vidur``) and its version as the source records it.
+    ``oneccl``, ``vidur``), its version (for AIC: the version directory, which is how
+    AIC keys its data), and the version string stored in the rows themselves, which
+    can be a dev build or the older version a table was reused from.
 ``dtype``
     Compute / payload dtype, normalised (``bf16``, ``fp16``, ``fp8``, ``fp8_block``,
     ``nvfp4``, ``int8_sq``, ...; see :func:`normalize_dtype`).
@@ -73,6 +75,7 @@ Details and caveats are in ``docs/measurements.md``.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -80,6 +83,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 __all__ = [
     "AIC_SYSTEM_TO_GPU",
@@ -140,7 +145,9 @@ MEASUREMENT_COLUMNS: dict[str, ColumnSpec] = {
     "gpu": _s("short GPU name (h100, a100-80gb, ...)", required=True),
     "engine": _s("framework that ran the kernel (vllm, trtllm, sglang, nccl, vidur, ...)",
                  required=True),
-    "engine_version": _s("framework / library version"),
+    "engine_version": _s("framework / library version (AIC: the version directory)"),
+    "engine_build": _s("version string stored in the rows, if any (may be a dev build "
+                       "or the version the data was reused from)"),
     "dtype": _s("compute or payload dtype (bf16, fp16, fp8, ...)", required=True),
     "kv_dtype": _s("KV-cache dtype (attention only)"),
     "kernel": _s("kernel or backend the framework dispatched"),
@@ -354,28 +361,84 @@ def empty_measurements() -> pd.DataFrame:
     return _conform(pd.DataFrame(index=pd.RangeIndex(0)))
 
 
+def _as_category(values, n: int) -> pd.Categorical:
+    """A categorical of length ``n`` from a scalar string or an array of labels ('' for NA)."""
+    if values is None or isinstance(values, str):
+        return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[values or ""])
+    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+        cat = pd.Categorical(values)
+        if cat.isna().any():
+            if "" not in cat.categories:
+                cat = cat.add_categories([""])
+            cat = cat.fillna("")
+        if all(isinstance(c, str) for c in cat.categories):
+            return cat
+        values = np.asarray(cat.astype(str), dtype=object)
+    codes, uniques = pd.factorize(pd.Series(values, copy=False))  # NA -> -1
+    labels = [str(u) for u in uniques]
+    if (codes < 0).any():
+        if "" not in labels:
+            labels.append("")
+        codes = np.where(codes < 0, labels.index(""), codes)
+    if len(set(labels)) != len(labels):  # distinct values with equal str(), e.g. 1 and "1"
+        return pd.Categorical(np.asarray(labels, dtype=object)[codes])
+    return pd.Categorical.from_codes(codes, categories=labels)
+
+
+def _assemble(parts: list[dict], lengths: list[int]) -> pd.DataFrame:
+    """Concatenate column dicts (arrays or scalar strings) into one schema-ordered table.
+
+    String columns become categoricals (merged with ``union_categoricals``), schema
+    float columns float64 with NaN where a part lacks them. Columns outside the schema
+    are kept after the schema columns.
+    """
+    from pandas.api.types import union_categoricals
+
+    total = int(sum(lengths))
+    names = list(MEASUREMENT_COLUMNS)
+    for part in parts:
+        names += [c for c in part if c not in names]
+    out: dict[str, object] = {}
+    for col in names:
+        is_float = col in FLOAT_COLUMNS or (
+            col not in STRING_COLUMNS
+            and any(col in p and _is_numeric(p[col]) for p in parts)
+        )
+        if is_float:
+            chunks = [np.asarray(p[col], dtype=np.float64) if col in p
+                      else np.full(n, np.nan) for p, n in zip(parts, lengths, strict=True)]
+            out[col] = np.concatenate(chunks) if chunks else np.empty(0)
+        else:
+            cats = [_as_category(p.get(col), n) for p, n in zip(parts, lengths, strict=True)]
+            out[col] = (union_categoricals(cats) if cats
+                        else pd.Categorical.from_codes([], categories=[""]))
+    return pd.DataFrame(out, index=pd.RangeIndex(total))
+
+
+def _is_numeric(values) -> bool:
+    if isinstance(values, str) or values is None:
+        return False
+    dtype = getattr(values, "dtype", None)
+    return dtype is not None and (np.issubdtype(dtype, np.number)
+                                  if isinstance(dtype, np.dtype) else
+                                  pd.api.types.is_numeric_dtype(dtype))
+
+
 def _conform(df: pd.DataFrame) -> pd.DataFrame:
     """Add missing schema columns (NaN / empty string), cast dtypes, order columns.
 
-    Extra columns are kept after the schema columns.
+    String columns become categoricals with ``""`` for missing values; extra columns
+    are kept after the schema columns.
     """
-    n = len(df)
-    out = {}
-    for col in STRING_COLUMNS:
-        if col in df.columns:
-            out[col] = df[col].astype(object).where(df[col].notna(), "").astype(str).to_numpy()
-        else:
-            out[col] = np.full(n, "", dtype=object)
-    for col in FLOAT_COLUMNS:
-        if col in df.columns:
-            out[col] = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
-        else:
-            out[col] = np.full(n, np.nan)
-    result = pd.DataFrame(out, index=pd.RangeIndex(n))
+    part = {}
     for col in df.columns:
-        if col not in MEASUREMENT_COLUMNS:
-            result[col] = df[col].to_numpy()
-    return result
+        if col in FLOAT_COLUMNS:
+            part[col] = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
+        elif col in STRING_COLUMNS:
+            part[col] = _as_category(df[col], len(df))
+        else:
+            part[col] = df[col].to_numpy()
+    return _assemble([part], [len(df)])
 
 
 def _rows(mask: np.ndarray, limit: int = 10) -> str:
@@ -426,17 +489,19 @@ def validate_measurements(
                         f"accepted latency columns: {sorted(LATENCY_UNIT_COLUMNS)}")
         raise MeasurementError(msg)
 
-    family = df["op_family"].astype(str).to_numpy()
-    bad_family = sorted(set(family) - set(OP_FAMILIES))
+    family = df["op_family"]
+    present = sorted({str(f) for f in family.unique()})
+    bad_family = sorted(set(present) - set(OP_FAMILIES))
     if bad_family:
         raise MeasurementError(
             f"{source}: unknown op_family value(s) {bad_family} "
-            f"({_rows(~np.isin(family, OP_FAMILIES))}); valid: {list(OP_FAMILIES)}"
+            f"({_rows(~family.isin(OP_FAMILIES).to_numpy())}); valid: {list(OP_FAMILIES)}"
         )
 
     problems = []
-    for fam in sorted(set(family)):
-        in_fam = family == fam
+    for fam in present:
+        in_fam = (family.astype(str) == fam).to_numpy() if family.dtype == object \
+            else (family == fam).to_numpy()
         for feat in FAMILY_FEATURES[fam]:
             if feat not in cols:
                 problems.append(f"column {feat!r} (needed by op_family {fam!r}) is missing")
@@ -462,7 +527,7 @@ def validate_measurements(
     if len(df) < min_rows:
         raise MeasurementError(f"{source}: {len(df)} rows, fewer than min_rows={min_rows}")
     if len(df):
-        sizes = df.groupby(["op_family", "gpu"], sort=True).size()
+        sizes = df.groupby(["op_family", "gpu"], sort=True, observed=True).size()
         small = sizes[sizes < min_rows]
         if len(small):
             groups = ", ".join(f"{f}/{g}: {c}" for (f, g), c in small.items())
@@ -602,14 +667,36 @@ def _col(d: pd.DataFrame, name: str) -> np.ndarray:
     return d[name].to_numpy(dtype=np.float64)
 
 
-def _dtype_col(d: pd.DataFrame, name: str) -> np.ndarray:
-    labels = d[name].astype(str)
-    mapping = {v: normalize_dtype(v) for v in labels.unique()}
-    return labels.map(mapping).to_numpy(dtype=object)
+def _cat_map(series: pd.Series, func) -> pd.Categorical:
+    """Map the categories of a (categorical) label column; ``None`` results become NA."""
+    cat = pd.Categorical(series)
+    mapped = [func(str(c)) for c in cat.categories]
+    uniq = list(dict.fromkeys(m for m in mapped if m is not None))
+    where = {m: i for i, m in enumerate(uniq)}
+    lookup = np.array([where.get(m, -1) if m is not None else -1 for m in mapped] + [-1])
+    return pd.Categorical.from_codes(lookup[cat.codes], categories=uniq or [""])
+
+
+def _cat_values(series: pd.Series, func) -> np.ndarray:
+    """Float values computed once per category of a label column (NaN for NA)."""
+    cat = pd.Categorical(series)
+    lookup = np.array([func(str(c)) for c in cat.categories] + [np.nan], dtype=np.float64)
+    return lookup[cat.codes]
+
+
+def _dtype_col(d: pd.DataFrame, name: str) -> pd.Categorical:
+    return _cat_map(d[name], normalize_dtype)
+
+
+def _power_law_alpha(label: str) -> float:
+    if label == "balanced":
+        return 0.0
+    match = re.fullmatch(r"power_law_([0-9.]+)", label)
+    return float(match.group(1)) if match else np.nan
 
 
 def _aic_convert(table: str, d: pd.DataFrame, where: str, families: set[str] | None):
-    """Map one AIC table to schema columns (dict of arrays) or None if nothing kept."""
+    """Map one AIC table to a dict of schema columns (``_rows``: the rows kept)."""
     if table == "gemm":
         return {"op_family": "gemm", "dtype": _dtype_col(d, "gemm_dtype"),
                 "m": _col(d, "m"), "n": _col(d, "n"), "k": _col(d, "k"),
@@ -626,49 +713,51 @@ def _aic_convert(table: str, d: pd.DataFrame, where: str, families: set[str] | N
                 "head_dim": _col(d, "head_dim"), "window_size": window,
                 "latency_s": _col(d, "latency") * 1e-3, "_rows": d}
     if table == "moe":
-        dist = d["distribution"].astype(str)
-        alpha = dist.str.extract(r"^power_law_([0-9.]+)$")[0].astype(float)
-        alpha = alpha.where(dist != "balanced", 0.0).to_numpy(dtype=np.float64)
+        alpha = _cat_values(d["distribution"], _power_law_alpha)
+        if np.isnan(alpha).any():
+            bad = sorted({str(x) for x in d["distribution"][np.isnan(alpha)].unique()})
+            warnings.warn(f"{where}: unrecognised MoE distribution label(s) {bad}; "
+                          f"moe_alpha left NaN", stacklevel=3)
         return {"op_family": "moe", "dtype": _dtype_col(d, "moe_dtype"),
                 "num_tokens": _col(d, "num_tokens"), "hidden_size": _col(d, "hidden_size"),
                 "inter_size": _col(d, "inter_size"), "num_experts": _col(d, "num_experts"),
                 "topk": _col(d, "topk"), "tp": _col(d, "moe_tp_size"),
-                "ep": _col(d, "moe_ep_size"), "moe_distribution": dist.to_numpy(dtype=object),
+                "ep": _col(d, "moe_ep_size"), "moe_distribution": pd.Categorical(d["distribution"]),
                 "moe_alpha": alpha, "latency_s": _col(d, "latency") * 1e-3}
     if table in ("custom_allreduce", "nccl", "oneccl"):
         dcol = next(c for c in d.columns if c.endswith("_dtype"))
         dtype = _dtype_col(d, dcol)
-        nbytes = np.array([_dtype_bytes(t, where) for t in dtype], dtype=np.float64)
-        fam = d["op_name"].astype(str).map(_COLLECTIVE_OP_TO_FAMILY)
-        if fam.isna().any():
-            bad = sorted(set(d["op_name"].astype(str)[fam.isna()]))
+        nbytes = _cat_values(pd.Series(dtype), lambda t: _dtype_bytes(t, where))
+        fam = _cat_map(d["op_name"], _COLLECTIVE_OP_TO_FAMILY.get)
+        unmapped = np.asarray(fam.isna())
+        if unmapped.any():
+            bad = sorted({str(x) for x in d["op_name"][unmapped].unique()})
             warnings.warn(f"{where}: skipping rows with unmapped collective op(s) {bad}",
                           stacklevel=3)
-        keep = fam.notna().to_numpy()
+        keep = ~unmapped
         if families is not None:
-            keep &= fam.isin(families).to_numpy()
+            keep &= np.asarray(fam.isin(sorted(families)))
         d = d[keep]
-        out = {"op_family": fam[keep].to_numpy(dtype=object), "dtype": dtype[keep],
+        out = {"op_family": fam[keep], "dtype": dtype[keep],
                "num_gpus": _col(d, "num_gpus"),
                "message_bytes": _col(d, "message_size") * nbytes[keep],
                "latency_s": _col(d, "latency") * 1e-3, "_rows": d}
         if table == "custom_allreduce" and "backend" in d.columns:
-            out["kernel"] = d["backend"].astype(str).to_numpy(dtype=object)
+            out["kernel"] = pd.Categorical(d["backend"])
         return out
     if table == "moe_a2a":
-        phase = d["phase"].astype(str)
-        fam = phase.map({"dispatch": "moe_dispatch", "combine": "moe_combine"})
-        keep = fam.notna().to_numpy()
+        fam = _cat_map(d["phase"], {"dispatch": "moe_dispatch", "combine": "moe_combine"}.get)
+        keep = ~np.asarray(fam.isna())
         if families is not None:
-            keep &= fam.isin(families).to_numpy()
+            keep &= np.asarray(fam.isin(sorted(families)))
         d = d[keep]
-        return {"op_family": fam[keep].to_numpy(dtype=object),
+        return {"op_family": fam[keep],
                 "dtype": _dtype_col(d, "comm_dtype"),
                 "num_tokens": _col(d, "num_tokens"), "hidden_size": _col(d, "hidden_size"),
                 "num_experts": _col(d, "num_experts"), "topk": _col(d, "topk"),
                 "ep": _col(d, "ep_size"), "num_gpus": _col(d, "ep_size"),
                 "num_nodes": _col(d, "node_num"),
-                "kernel": d["comm_backend"].astype(str).to_numpy(dtype=object),
+                "kernel": pd.Categorical(d["comm_backend"]),
                 # moe_a2a latency is in microseconds, unlike every other AIC table
                 "latency_s": _col(d, "latency") * 1e-6, "_rows": d}
     raise AssertionError(table)  # pragma: no cover
@@ -754,7 +843,8 @@ def load_aiconfigurator(
     ver_set = None if current else _as_set(versions, "versions", None)
     tables = sorted({t for f in (fam_set or _AIC_FAMILY_TABLES) for t in _AIC_FAMILY_TABLES[f]})
 
-    parts = []
+    parts: list[dict] = []
+    lengths: list[int] = []
     for system in chosen:
         gpu = gpu_short_name(system) if system.lower() in AIC_SYSTEM_TO_GPU else system.lower()
         keep_versions = _aic_current_versions(systems_dir, system) if current else None
@@ -775,11 +865,9 @@ def load_aiconfigurator(
                     continue
                 _check_device(part.pop("_device"), gpu, rel)
                 part.update(gpu=gpu, engine=engine, engine_version=version, source=rel)
-                parts.append(pd.DataFrame(part))
-    if not parts:
-        out = empty_measurements()
-    else:
-        out = _conform(pd.concat(parts, ignore_index=True))
+                parts.append(part)
+                lengths.append(len(part["latency_s"]))
+    out = _assemble(parts, lengths)
     return validate_measurements(out, source=f"aiconfigurator {data_dir}", min_rows=min_rows)
 
 
@@ -793,21 +881,23 @@ def _find_aic_data(root: Path) -> Path:
 
 
 def _read_aic_table(path: Path, table: str, rel: str, families: set[str] | None):
-    d = pd.read_parquet(path)
+    schema = pq.read_schema(path)
+    labels = [f.name for f in schema
+              if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    d = pq.read_table(path, read_dictionary=labels).to_pandas()
     if "latency" not in d.columns:
         raise MeasurementError(f"{rel}: no 'latency' column; columns: {list(d.columns)}")
     part = _aic_convert(table, d, rel, families)
     rows = part.pop("_rows", d)
     if len(rows) == 0:
         return None
-    n = len(rows)
-    for key, val in list(part.items()):
-        if isinstance(val, str):
-            part[key] = np.full(n, val, dtype=object)
     if "kernel" not in part and "kernel_source" in rows.columns:
-        part["kernel"] = rows["kernel_source"].astype(str).to_numpy(dtype=object)
-    part["op_name"] = rows["op_name"].astype(str).to_numpy(dtype=object)
-    part["_device"] = rows["device"].astype(str).unique() if "device" in rows else []
+        part["kernel"] = pd.Categorical(rows["kernel_source"])
+    part["op_name"] = pd.Categorical(rows["op_name"])
+    if "version" in rows.columns:
+        part["engine_build"] = pd.Categorical(rows["version"])
+    part["_device"] = ([str(x) for x in rows["device"].unique()]
+                       if "device" in rows.columns else [])
     return part
 
 
@@ -911,7 +1001,8 @@ def load_vidur(
         device = path.parent.parent.parent.name
         gpu = _VIDUR_DEVICE_TO_GPU.get(device, device)
         model = f"{path.parent.parent.name}/{path.parent.name}"
-        parts.append(_vidur_mlp(pd.read_csv(path), statistic, gpu, model, rel))
+        frame = _vidur_mlp(pd.read_csv(path), statistic, gpu, model, rel)
+        parts.append({c: frame[c].to_numpy() for c in frame.columns})
     for path in sorted(prof.glob("network/*/*.csv")):
         rel = path.relative_to(prof.parent).as_posix()
         if _is_lfs_pointer(path):
@@ -922,13 +1013,11 @@ def load_vidur(
             continue
         node = path.parent.name
         gpu = _VIDUR_NODE_TO_GPU.get(node, node)
-        parts.append(_vidur_network(pd.read_csv(path), statistic, gpu, rel))
-    if parts:
-        out = pd.concat(parts, ignore_index=True)
-        out["engine"], out["engine_version"], out["dtype"] = "vidur", engine_version, "fp16"
-        out = _conform(out)
-    else:
-        out = empty_measurements()
+        frame = _vidur_network(pd.read_csv(path), statistic, gpu, rel)
+        parts.append({c: frame[c].to_numpy() for c in frame.columns})
+    for part in parts:
+        part.update(engine="vidur", engine_version=engine_version, dtype="fp16")
+    out = _assemble(parts, [len(p["latency_s"]) for p in parts])
     return validate_measurements(out, source=f"vidur {prof}", min_rows=min_rows)
 
 
