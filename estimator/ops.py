@@ -78,7 +78,7 @@ class _Builder:
     def gemm(self, name, module, n, k, act, wbytes, frac=1.0, basis=K.B_TOKENS):
         """Y[T, n] = X[T, k] · W[k, n]: W = 2nk·T, Q = act·(n+k)·T + w·n·k."""
         self.add(name, module, basis, a=2.0 * n * k, b=act * (n + k), c=wbytes * n * k,
-                 family=K.F_GEMM, frac=frac, param=wbytes * n * k)
+                 family=K.F_GEMM, frac=frac, x1=n, x2=k, param=wbytes * n * k)
 
 
 def build_ops(model: ModelSpec, par: Parallelism, weight_dtype: str | None = None,

@@ -91,8 +91,9 @@ class CostOracle:
                                         self.kv_dtype, self.profile.attention_impl)
         self.mods = self._module_table()
         self.prm = self._params()
+        K.fill_rates(self.table.ops, self.prm)
         self.graph_sizes = cuda_graph_sizes(max_num_seqs)
-        self._agg = np.zeros((self.table.n_ops, 4))
+        self._agg = np.zeros((self.table.n_ops, K.N_AGG))
         self._comp = np.zeros(len(MODULE_NAMES))
         self._comm = np.zeros(len(MODULE_NAMES))
         self._q = np.zeros(1, dtype=np.int64)
@@ -157,7 +158,7 @@ class CostOracle:
     def scratch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Fresh ``(agg, comp, comm)`` scratch arrays for :func:`roofline.step_time`."""
         n_mod = len(MODULE_NAMES)
-        return np.zeros((self.table.n_ops, 4)), np.zeros(n_mod), np.zeros(n_mod)
+        return np.zeros((self.table.n_ops, K.N_AGG)), np.zeros(n_mod), np.zeros(n_mod)
 
     def _uniform(self, batch_size, new_tokens, context_len) -> np.ndarray | float:
         b, q, c = np.broadcast_arrays(np.asarray(batch_size, dtype=np.float64),
@@ -238,7 +239,7 @@ class CostOracle:
         """'compute' or 'memory': which roofline side dominates the GPU time of the step."""
         ops = self.table.ops
         T = float(q.sum())
-        agg = np.zeros((ops.shape[0], 4))
+        agg = np.zeros((ops.shape[0], K.N_AGG))
         n = q.shape[0]
         tile = self.prm[K.P_TILE]
         t_c = t_m = 0.0

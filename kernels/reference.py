@@ -115,7 +115,7 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
                                                   prm[K.P_EP], prm[K.P_COMM_BW],
                                                   prm[K.P_COMM_LAT], e_m)
             continue
-        agg = np.zeros(4)
+        agg = np.zeros(5)
         if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
             want_prefill = basis != K.B_ATTN_DECODE
             for i in range(n):
@@ -123,7 +123,7 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
                     continue
                 pairs, kv = attention_request_ref(q[i], cx[i], ops[r, K.C_WINDOW],
                                                   prm[K.P_TILE])
-                agg += (pairs, kv, q[i], q[i] * (cx[i] + q[i]))
+                agg += (pairs, kv, q[i], q[i] * (cx[i] + q[i]), 1.0)
             if agg[2] == 0:
                 continue
         w, byt = _op_work_traffic(ops, r, T, R, prm, agg)

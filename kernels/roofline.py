@@ -42,7 +42,15 @@ from numba import njit
 
 # --- ops columns -------------------------------------------------------------------
 C_MODULE, C_BASIS, C_A, C_B, C_C, C_FAMILY, C_COUNT, C_FRAC, C_WINDOW, C_X1, C_X2, C_PARAM = range(12)
-N_COLS = 12  # C_PARAM: resident weight bytes of the row (memory planner), not used for time
+# C_PARAM: resident weight bytes of the row (memory planner), not used for time.
+# C_RATE: 1/(e_c S_c) and 1/(e_m S_m) per phase, derived from ``prm`` by :func:`fill_rates`
+# so the hot loop multiplies instead of looking up and dividing.
+C_RATE = 12  # [prefill inv_c, prefill inv_m, decode inv_c, decode inv_m]
+# C_CORR: offset in ``prm`` of this row's learned residual corrector table (0 = none);
+# see :func:`correction`. GEMM rows keep their n and k in C_X1 / C_X2 as corrector features.
+C_CORR = 16
+N_COLS = 17
+N_AGG = 5  # attention aggregates per row: pairs, kv_read, query tokens, score entries, requests
 # --- bases -------------------------------------------------------------------------
 B_TOKENS, B_ROWS, B_ATTN_PREFILL, B_ATTN_DECODE, B_SCORES, B_MOE, B_ALLREDUCE, B_ALLTOALL = range(8)
 # --- op families (efficiency classes) ----------------------------------------------
@@ -157,12 +165,14 @@ def attention_aggregates(new_tokens, context_len, n, prefill_class, window, tile
 
     ``prefill_class``: True sums requests with more than one new token, False the rest.
     Writes ``out[0] = pairs, out[1] = kv_read, out[2] = query tokens,
-    out[3] = full score entries q·(c+q)`` (what an eager implementation materialises).
+    out[3] = full score entries q·(c+q)`` (what an eager implementation materialises),
+    out[4] = number of requests``.
     """
     out[0] = 0.0
     out[1] = 0.0
     out[2] = 0.0
     out[3] = 0.0
+    out[4] = 0.0
     for i in range(n):
         q = float(new_tokens[i])
         if q <= 0.0 or (q > 1.0) != prefill_class:
@@ -173,6 +183,7 @@ def attention_aggregates(new_tokens, context_len, n, prefill_class, window, tile
         out[1] += kv
         out[2] += q
         out[3] += q * (c + q)
+        out[4] += 1.0
 
 
 @njit(cache=True)
@@ -183,6 +194,91 @@ def _expected_active(experts, frac, tokens):
     return experts * (1.0 - (1.0 - frac) ** tokens)
 
 
+# --- learned residual correctors ----------------------------------------------------
+# A corrector is a grid table of log(measured / roofline) over up to three features, each
+# on a log2 axis, packed into ``prm`` at an offset stored in the row's C_CORR:
+#   prm[o] = ndim; then per dim d: feature code, log2 lower edge, step, number of points;
+#   then the values, C order (last dim fastest). Evaluation is multilinear interpolation,
+#   clamped at the edges; the time is multiplied by exp(value).
+FEAT_TOKENS, FEAT_N, FEAT_K, FEAT_BATCH, FEAT_KV_MEAN, FEAT_Q_MEAN, FEAT_TOK_PER_EXPERT = range(7)
+N_FEATURES = 7
+CORR_MAX_DIMS = 3
+
+
+@njit(cache=True)
+def correction(prm, off, feats):
+    """exp(table value) at ``feats`` (linear-scale feature vector) for the table at ``off``."""
+    ndim = int(prm[off])
+    base = off + 1 + 4 * ndim
+    # strides, C order
+    stride = 1
+    strides = np.empty(CORR_MAX_DIMS, dtype=np.int64)
+    for d in range(ndim - 1, -1, -1):
+        strides[d] = stride
+        stride *= int(prm[off + 1 + 4 * d + 3])
+    idx = np.empty(CORR_MAX_DIMS, dtype=np.int64)
+    wts = np.empty(CORR_MAX_DIMS)
+    for d in range(ndim):
+        h = off + 1 + 4 * d
+        x = feats[int(prm[h])]
+        lx = np.log2(x) if x > 0.0 else prm[h + 1]
+        npts = int(prm[h + 3])
+        u = (lx - prm[h + 1]) / prm[h + 2]
+        if u <= 0.0 or npts == 1:
+            idx[d] = 0
+            wts[d] = 0.0
+        elif u >= npts - 1:
+            idx[d] = npts - 2
+            wts[d] = 1.0
+        else:
+            i = int(u)
+            idx[d] = i
+            wts[d] = u - i
+    value = 0.0
+    for corner in range(1 << ndim):
+        w = 1.0
+        pos = base
+        for d in range(ndim):
+            bit = (corner >> d) & 1
+            npts = int(prm[off + 1 + 4 * d + 3])
+            j = idx[d] + bit if npts > 1 else 0
+            w *= wts[d] if bit else 1.0 - wts[d]
+            pos += j * strides[d]
+        if w != 0.0:
+            value += w * prm[pos]
+    return np.exp(value)
+
+
+@njit(cache=True)
+def fill_rates(ops, prm):
+    """Write each row's 1/(e_c S_c) and 1/(e_m S_m) for both phases into ``C_RATE..``.
+
+    Call once whenever ``ops`` or ``prm`` change (the oracle does, on construction).
+    """
+    for r in range(ops.shape[0]):
+        fam = int(ops[r, C_FAMILY])
+        for ph in range(2):
+            ops[r, C_RATE + 2 * ph] = 1.0 / (prm[eff_index(ph, fam, 0)] * prm[P_SC + fam])
+            ops[r, C_RATE + 2 * ph + 1] = 1.0 / (prm[eff_index(ph, fam, 1)] * prm[P_SM])
+
+
+@njit(cache=True)
+def _features(basis, T, R, agg_row, op_row, prm, feats):
+    """Corrector features of one op row for this step (linear scale, see FEAT_*)."""
+    n_req = agg_row[4]
+    feats[FEAT_TOKENS] = R if basis == B_ROWS else T
+    feats[FEAT_N] = op_row[C_X1]
+    feats[FEAT_K] = op_row[C_X2]
+    feats[FEAT_BATCH] = n_req if n_req > 0.0 else R
+    feats[FEAT_KV_MEAN] = agg_row[1] / n_req if n_req > 0.0 else 0.0
+    feats[FEAT_Q_MEAN] = agg_row[2] / n_req if n_req > 0.0 else 0.0
+    if basis == B_MOE and op_row[C_X1] > 0.0:
+        feats[FEAT_TOK_PER_EXPERT] = T * prm[P_MOE_TOKENS] * op_row[C_X2]
+    else:
+        feats[FEAT_TOK_PER_EXPERT] = 0.0
+    return feats
+
+
 @njit(cache=True)
 def module_times(T, R, phase, agg, ops, prm, comp, comm):
     """GPU compute and communication seconds per module for one step (one layer pass).
@@ -191,13 +287,13 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm):
     (see :func:`attention_aggregates`); other rows ignore it. Results accumulate into
     ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction.
     """
-    comp[:] = 0.0
-    comm[:] = 0.0
-    sm = prm[P_SM]
+    for j in range(comp.shape[0]):
+        comp[j] = 0.0
+        comm[j] = 0.0
     fixed = prm[P_KERNEL_FIXED]
+    feats = np.empty(N_FEATURES)
     for r in range(ops.shape[0]):
         basis = int(ops[r, C_BASIS])
-        fam = int(ops[r, C_FAMILY])
         mod = int(ops[r, C_MODULE])
         a = ops[r, C_A]
         b = ops[r, C_B]
@@ -208,8 +304,8 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm):
             ph = PHASE_DECODE
         elif basis == B_ATTN_PREFILL:
             ph = PHASE_PREFILL
-        e_c = prm[eff_index(ph, fam, 0)]
-        e_m = prm[eff_index(ph, fam, 1)]
+        if basis == B_ALLREDUCE or basis == B_ALLTOALL:
+            e_m = prm[eff_index(ph, int(ops[r, C_FAMILY]), 1)]
         if basis == B_ALLREDUCE:
             t = ring_allreduce_time(b * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
             comm[mod] += frac * t
@@ -248,7 +344,12 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm):
             assign = tokens * frac_hit * local_experts
             w = a * assign
             q = b * assign + c * _expected_active(local_experts, frac_hit, tokens)
-        t = roofline_time(w, q, prm[P_SC + fam], sm, e_c, e_m)
+        t_c = w * ops[r, C_RATE + 2 * ph]
+        t_m = q * ops[r, C_RATE + 2 * ph + 1]
+        t = t_c if t_c > t_m else t_m  # roofline_time with precomputed rates
+        corr_off = int(ops[r, C_CORR])
+        if corr_off > 0:
+            t *= correction(prm, corr_off, _features(basis, T, R, agg[r], ops[r], prm, feats))
         comp[mod] += frac * (t + ops[r, C_COUNT] * fixed)
 
 
@@ -312,11 +413,11 @@ def combine(comp, comm, mods, prm, graph):
 
 @njit(cache=True)
 def _graph_size(n_tokens, sizes):
-    """Smallest capture size >= n_tokens, or -1 if the batch is larger than all of them."""
-    for k in range(sizes.shape[0]):
-        if sizes[k] >= n_tokens:
-            return sizes[k]
-    return -1.0
+    """Smallest capture size >= n_tokens (sizes ascending), or -1 if none is that large."""
+    k = np.searchsorted(sizes, n_tokens)
+    if k >= sizes.shape[0]:
+        return -1.0
+    return sizes[k]
 
 
 @njit(cache=True)
@@ -339,7 +440,7 @@ def _finish(comp, comm, mods, prm, graph, T):
 def step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp, comm):
     """Fill per-module ``comp``/``comm`` for one mixed step; return (T, R, graph flag).
 
-    Scratch arrays ``agg`` (n_ops × 4), ``comp`` and ``comm`` (n_modules) are caller-owned
+    Scratch arrays ``agg`` (n_ops × N_AGG), ``comp`` and ``comm`` (n_modules) are caller-owned
     so that a scheduler loop allocates nothing per step.
     """
     T = 0.0
@@ -396,7 +497,7 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
     """
     n_ops = ops.shape[0]
     n_mod = mods.shape[0]
-    agg = np.zeros((n_ops, 4))
+    agg = np.zeros((n_ops, N_AGG))
     comp = np.zeros(n_mod)
     comm = np.zeros(n_mod)
     tile = prm[P_TILE]
@@ -427,12 +528,14 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
                     agg[r, 1] = 0.0
                     agg[r, 2] = 0.0
                     agg[r, 3] = 0.0
+                    agg[r, 4] = 0.0
                     continue
                 pairs, kv = attention_request(q, c, ops[r, C_WINDOW], tile)
                 agg[r, 0] = B * pairs
                 agg[r, 1] = B * kv
                 agg[r, 2] = B * q
                 agg[r, 3] = B * q * (c + q)
+                agg[r, 4] = B
         phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
         module_times(T, R, phase, agg, ops, prm, comp, comm)
         out[k] = _finish(comp, comm, mods, prm, graph, T)
