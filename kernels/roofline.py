@@ -209,6 +209,8 @@ CORR_MAX_DIMS = 3
 def correction(prm, off, feats):
     """exp(table value) at ``feats`` (linear-scale feature vector) for the table at ``off``."""
     ndim = int(prm[off])
+    if ndim <= 0:
+        return 1.0
     base = off + 1 + 4 * ndim
     # strides, C order
     stride = 1
@@ -280,18 +282,18 @@ def _features(basis, T, R, agg_row, op_row, prm, feats):
 
 
 @njit(cache=True)
-def module_times(T, R, phase, agg, ops, prm, comp, comm):
+def module_times(T, R, phase, agg, ops, prm, comp, comm, feats):
     """GPU compute and communication seconds per module for one step (one layer pass).
 
     ``agg`` holds, per op row, the attention aggregates of that row's request class
     (see :func:`attention_aggregates`); other rows ignore it. Results accumulate into
-    ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction.
+    ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction. ``feats``
+    is scratch (N_FEATURES) for corrector features.
     """
     for j in range(comp.shape[0]):
         comp[j] = 0.0
         comm[j] = 0.0
     fixed = prm[P_KERNEL_FIXED]
-    feats = np.empty(N_FEATURES)
     for r in range(ops.shape[0]):
         basis = int(ops[r, C_BASIS])
         mod = int(ops[r, C_MODULE])
@@ -467,7 +469,7 @@ def step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, com
             attention_aggregates(new_tokens, context_len, n, False, ops[r, C_WINDOW], tile,
                                  agg[r])
     phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
-    module_times(T, R, phase, agg, ops, prm, comp, comm)
+    module_times(T, R, phase, agg, ops, prm, comp, comm, np.empty(N_FEATURES))
     return T, R, graph
 
 
@@ -500,6 +502,7 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
     agg = np.zeros((n_ops, N_AGG))
     comp = np.zeros(n_mod)
     comm = np.zeros(n_mod)
+    feats = np.empty(N_FEATURES)
     tile = prm[P_TILE]
     use_graph = prm[P_GRAPH] > 0.0
     for k in range(batch.shape[0]):
@@ -537,5 +540,5 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
                 agg[r, 3] = B * q * (c + q)
                 agg[r, 4] = B
         phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
-        module_times(T, R, phase, agg, ops, prm, comp, comm)
+        module_times(T, R, phase, agg, ops, prm, comp, comm, feats)
         out[k] = _finish(comp, comm, mods, prm, graph, T)
