@@ -38,7 +38,14 @@ BestServe Algorithm 1, solved in closed form over the repeated layers (:func:`co
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit as _njit
+
+
+def njit(*args, **kwargs):
+    """numba.njit with the NumPy error model: a division by zero yields inf/nan rather
+    than a Python exception, so the hot loops carry no zero checks."""
+    kwargs.setdefault("error_model", "numpy")
+    return _njit(*args, **kwargs)
 
 # --- ops columns -------------------------------------------------------------------
 C_MODULE, C_BASIS, C_A, C_B, C_C, C_FAMILY, C_COUNT, C_FRAC, C_WINDOW, C_X1, C_X2, C_PARAM = range(12)
