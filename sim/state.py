@@ -1,0 +1,337 @@
+"""Simulator state: status codes, knob indices, preallocated arrays and per-request helpers.
+
+Everything the compiled loop touches is a NumPy array grouped in a ``namedtuple``
+(numba passes named tuples of arrays without boxing). There are three groups:
+
+* :data:`Reqs` -- one entry per request (structure of arrays), sized once;
+* :data:`Inst` -- per-instance scheduler state (running list, waiting ring buffer, block
+  tables of the running slots, the batch in flight), stacked over instances;
+* :class:`~serveplan.sim.kvcache.KVPool` -- the KV blocks of every instance.
+
+Helpers here implement vLLM v1's request-level KV operations
+(``KVCacheManager.get_computed_blocks`` / ``allocate_slots`` / ``free`` and the scheduler's
+``_preempt_request``); policies in :mod:`serveplan.sim.scheduler` compose them.
+
+Prefix-cache block hashes
+-------------------------
+Engine block ``j`` of request ``r`` holds tokens ``[j B, (j+1) B)`` (``B`` = ``block_size``).
+If the workload carries prefix hash ids with block size ``H`` (Mooncake: 512 tokens,
+synthetic prefixes: any) and the engine block lies inside the prompt, its hash is
+``mix(hash_ids[r][h], j)`` with ``h = ((j+1) B - 1) // H``, the trace block holding the
+engine block's last token: equal trace ids at ``h`` mean equal tokens up to the end of
+trace block ``h`` (trace ids are prefix hashes), hence an equal engine block *and* an
+equal prefix before it. So a hit needs the trace prefix to match through the trace block
+containing the engine block; engine blocks of a partially matching trace block do not hit
+(sharing is at the coarser of the two granularities). Every other block (no hash ids, or
+holding output tokens) gets a hash private to its request, which only a preempted request
+resuming its own work can hit -- as in vLLM, where such blocks stay cached after
+preemption until evicted.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from enum import IntEnum
+
+import numpy as np
+
+from ._jitcache import sim_jit
+from .kvcache import (
+    cache_block,
+    lookup,
+    mix64,
+    num_free,
+    pop_free,
+    release,
+    touch,
+)
+
+
+class RequestStatus(IntEnum):
+    """Ordered request status, stored as ``int8`` (as vLLM's ``RequestStatus``).
+
+    ``status > PREEMPTED`` means finished.
+    """
+
+    PENDING = 0  # not arrived yet (or closed-loop request not yet released)
+    WAITING = 1
+    RUNNING = 2
+    PREEMPTED = 3
+    FINISHED_STOPPED = 4  # produced its output_len tokens
+    FINISHED_LENGTH_CAPPED = 5  # stopped at max_model_len (output clipped)
+    FINISHED_IGNORED = 6  # prompt longer than max_model_len - 1: rejected at arrival
+
+
+PENDING = int(RequestStatus.PENDING)
+WAITING = int(RequestStatus.WAITING)
+RUNNING = int(RequestStatus.RUNNING)
+PREEMPTED = int(RequestStatus.PREEMPTED)
+FINISHED_STOPPED = int(RequestStatus.FINISHED_STOPPED)
+FINISHED_LENGTH_CAPPED = int(RequestStatus.FINISHED_LENGTH_CAPPED)
+FINISHED_IGNORED = int(RequestStatus.FINISHED_IGNORED)
+
+
+class Policy(IntEnum):
+    """Scheduler policy codes."""
+
+    VLLM_V1 = 0  # running first, then waiting; mixed prefill/decode batches
+    SGLANG = 1  # prefill-only batch when prefills can be scheduled, else decode
+    PREFILL_PRIORITY = 2  # vLLM <= 0.5 / BestServe: whole prefills first, never mixed
+
+
+class Router(IntEnum):
+    """Router codes (see :mod:`serveplan.sim.router`)."""
+
+    ROUND_ROBIN = 0
+    LEAST_OUTSTANDING_TOKENS = 1
+    LEAST_REQUESTS = 2  # vLLM's DP balancer score: 4 * waiting + running
+
+
+POLICY_VLLM_V1 = int(Policy.VLLM_V1)
+POLICY_SGLANG = int(Policy.SGLANG)
+POLICY_PREFILL_PRIORITY = int(Policy.PREFILL_PRIORITY)
+
+# per-instance engine knobs: knobs[i, K_*]
+(K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
+ K_WATERMARK, K_MAX_MODEL_LEN) = range(9)
+N_KNOBS = 9
+# global knobs and counters: glob[G_*]
+(G_ROUTER, G_CONCURRENCY, G_HASH_BLOCK, G_NEXT, G_NOPEN, G_DONE, G_RR, G_STEPS, G_ERROR,
+ G_MAX_STEPS) = range(10)
+N_GLOB = 10
+ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
+# per-instance integer state: inst.ist[i, I_*]
+I_NRUN, I_WHEAD, I_WLEN, I_BUSY, I_BATCH, I_NSLOT, I_STEPS = range(7)
+N_IST = 7
+# per-instance float accumulators: inst.acc[i, A_*]
+A_BUSY_UNTIL, A_BUSY_TIME, A_KV_TIME, A_BATCH_TIME, A_TOKENS, A_PREFILL_TOKENS = range(6)
+N_ACC = 6
+
+Reqs = namedtuple("Reqs", [
+    "arrival", "prompt", "output", "computed", "n_out", "status", "inst", "slot",
+    "t_sched", "t_first", "t_last", "t_finish", "itl_max", "n_preempt", "hit",
+    "hash_ids", "hash_off",
+])
+Inst = namedtuple("Inst", [
+    "ist", "acc", "run", "wq", "blocks", "nblk", "nhashed", "free_slots",
+    "b_req", "b_new", "b_ctx", "load", "hits",
+])
+
+
+def make_reqs(arrival, prompt, output, hash_ids=None, hash_off=None) -> Reqs:
+    """Request arrays for ``n`` requests (copies; the inputs are not modified)."""
+    n = len(prompt)
+    nan = np.full(n, np.nan)
+    if hash_ids is None:
+        hash_ids = np.zeros(0, dtype=np.int64)
+        hash_off = np.zeros(n + 1, dtype=np.int64)
+    return Reqs(
+        arrival=np.array(arrival, dtype=np.float64),
+        prompt=np.array(prompt, dtype=np.int64),
+        output=np.array(output, dtype=np.int64),
+        computed=np.zeros(n, dtype=np.int64),
+        n_out=np.zeros(n, dtype=np.int64),
+        status=np.zeros(n, dtype=np.int8),
+        inst=np.full(n, -1, dtype=np.int32),
+        slot=np.full(n, -1, dtype=np.int32),
+        t_sched=nan.copy(), t_first=nan.copy(), t_last=nan.copy(), t_finish=nan.copy(),
+        itl_max=nan.copy(),
+        n_preempt=np.zeros(n, dtype=np.int32),
+        hit=np.full(n, -1, dtype=np.int64),
+        hash_ids=np.ascontiguousarray(hash_ids, dtype=np.int64),
+        hash_off=np.ascontiguousarray(hash_off, dtype=np.int64),
+    )
+
+
+def make_inst(n_inst: int, max_num_seqs: int, max_blocks_per_req: int, queue_cap: int) -> Inst:
+    """Per-instance state: ``max_num_seqs`` slots of ``max_blocks_per_req`` blocks each."""
+    s, mb = int(max_num_seqs), int(max_blocks_per_req)
+    inst = Inst(
+        ist=np.zeros((n_inst, N_IST), dtype=np.int64),
+        acc=np.zeros((n_inst, N_ACC), dtype=np.float64),
+        run=np.full((n_inst, s), -1, dtype=np.int64),
+        wq=np.full((n_inst, max(int(queue_cap), 1)), -1, dtype=np.int32),
+        blocks=np.full((n_inst, s, mb), -1, dtype=np.int32),
+        nblk=np.zeros((n_inst, s), dtype=np.int32),
+        nhashed=np.zeros((n_inst, s), dtype=np.int32),
+        free_slots=np.tile(np.arange(s, dtype=np.int32)[::-1], (n_inst, 1)),
+        b_req=np.zeros((n_inst, s), dtype=np.int64),
+        b_new=np.zeros((n_inst, s), dtype=np.int64),
+        b_ctx=np.zeros((n_inst, s), dtype=np.int64),
+        load=np.zeros(n_inst, dtype=np.int64),
+        hits=np.zeros(mb, dtype=np.int32),
+    )
+    inst.ist[:, I_NSLOT] = s
+    return inst
+
+
+# ------------------------------------------------------------------------ waiting queue
+@sim_jit
+def wq_push_back(inst, i, r):
+    cap = inst.wq.shape[1]
+    inst.wq[i, (inst.ist[i, I_WHEAD] + inst.ist[i, I_WLEN]) % cap] = r
+    inst.ist[i, I_WLEN] += 1
+
+
+@sim_jit
+def wq_push_front(inst, i, r):
+    cap = inst.wq.shape[1]
+    h = (inst.ist[i, I_WHEAD] - 1) % cap
+    inst.wq[i, h] = r
+    inst.ist[i, I_WHEAD] = h
+    inst.ist[i, I_WLEN] += 1
+
+
+@sim_jit
+def wq_peek(inst, i):
+    return np.int64(inst.wq[i, inst.ist[i, I_WHEAD]])
+
+
+@sim_jit
+def wq_pop(inst, i):
+    cap = inst.wq.shape[1]
+    r = np.int64(inst.wq[i, inst.ist[i, I_WHEAD]])
+    inst.ist[i, I_WHEAD] = (inst.ist[i, I_WHEAD] + 1) % cap
+    inst.ist[i, I_WLEN] -= 1
+    return r
+
+
+# ------------------------------------------------------------------------ KV per request
+@sim_jit
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+@sim_jit
+def num_tokens(reqs, r):
+    """Prompt plus generated tokens (vLLM ``request.num_tokens``)."""
+    return reqs.prompt[r] + reqs.n_out[r]
+
+
+@sim_jit
+def block_key(reqs, r, j, block_size, hash_block):
+    """Prefix-cache hash of engine block ``j`` of request ``r`` (module docstring)."""
+    end = (j + 1) * block_size
+    if hash_block > 0 and end <= reqs.prompt[r]:
+        h = (end - 1) // hash_block
+        return mix64(mix64(2 * reqs.hash_ids[reqs.hash_off[r] + h]) + j)
+    return mix64(mix64(2 * r + 1) + j)
+
+
+@sim_jit
+def find_cached_blocks(pool, inst, reqs, knobs, glob, i, r):
+    """Longest run of cached leading blocks of ``r`` (at most ``num_tokens - 1`` tokens).
+
+    The block ids go to ``inst.hits``; returns their count (vLLM ``get_computed_blocks``).
+    """
+    if knobs[i, K_PREFIX] == 0:
+        return 0
+    bs = knobs[i, K_BLOCK]
+    limit = (num_tokens(reqs, r) - 1) // bs
+    k = 0
+    while k < limit:
+        b = lookup(pool, i, block_key(reqs, r, k, bs, glob[G_HASH_BLOCK]))
+        if b < 0:
+            break
+        inst.hits[k] = b
+        k += 1
+    return k
+
+
+@sim_jit
+def _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, upto_tokens):
+    """Register the request's full blocks below ``upto_tokens`` in the prefix cache."""
+    if knobs[i, K_PREFIX] == 0:
+        return
+    bs = knobs[i, K_BLOCK]
+    full = upto_tokens // bs
+    for j in range(inst.nhashed[i, s], full):
+        cache_block(pool, i, inst.blocks[i, s, j], block_key(reqs, r, j, bs, glob[G_HASH_BLOCK]))
+    if full > inst.nhashed[i, s]:
+        inst.nhashed[i, s] = full
+
+
+@sim_jit
+def allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new):
+    """Blocks for ``num_new`` more tokens of running request ``r``; False if not enough free."""
+    s = reqs.slot[r]
+    total = reqs.computed[r] + num_new
+    need = cdiv(total, knobs[i, K_BLOCK]) - inst.nblk[i, s]
+    if need > num_free(pool, i):
+        return False
+    for _ in range(need):
+        inst.blocks[i, s, inst.nblk[i, s]] = pop_free(pool, i)
+        inst.nblk[i, s] += 1
+    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, total)
+    return True
+
+
+@sim_jit
+def allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark):
+    """Admit waiting request ``r``: reuse its ``n_hit`` cached blocks (``inst.hits``) and
+    allocate the rest for ``num_new`` tokens, keeping ``watermark`` blocks free.
+
+    Returns False, changing nothing, if the free blocks do not suffice. Cached hits that are
+    currently free count against the free blocks (they leave the free list when touched).
+    """
+    bs = knobs[i, K_BLOCK]
+    total_blocks = cdiv(n_hit * bs + num_new, bs)
+    evictable = 0
+    for k in range(n_hit):
+        if pool.ref[i, inst.hits[k]] == 0:
+            evictable += 1
+    if total_blocks - n_hit + evictable + watermark > num_free(pool, i):
+        return False
+    n_slot = inst.ist[i, I_NSLOT] - 1
+    s = inst.free_slots[i, n_slot]
+    inst.ist[i, I_NSLOT] = n_slot
+    reqs.slot[r] = s
+    for k in range(n_hit):
+        touch(pool, i, inst.hits[k])
+        inst.blocks[i, s, k] = inst.hits[k]
+    inst.nblk[i, s] = n_hit
+    inst.nhashed[i, s] = n_hit
+    for k in range(n_hit, total_blocks):
+        inst.blocks[i, s, k] = pop_free(pool, i)
+    inst.nblk[i, s] = total_blocks
+    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, n_hit * bs + num_new)
+    return True
+
+
+@sim_jit
+def free_request(pool, inst, reqs, i, r):
+    """Release the blocks of ``r`` (last block first, so tails are evicted first) and its slot."""
+    s = reqs.slot[r]
+    for j in range(inst.nblk[i, s] - 1, -1, -1):
+        release(pool, i, inst.blocks[i, s, j])
+    inst.nblk[i, s] = 0
+    inst.nhashed[i, s] = 0
+    inst.free_slots[i, inst.ist[i, I_NSLOT]] = s
+    inst.ist[i, I_NSLOT] += 1
+    reqs.slot[r] = -1
+
+
+@sim_jit
+def preempt_last(pool, inst, reqs, i):
+    """Preempt the last-admitted running request (recompute): free its blocks, reset its
+    progress and put it at the front of the waiting queue. Returns its id."""
+    n = inst.ist[i, I_NRUN] - 1
+    r = inst.run[i, n]
+    inst.ist[i, I_NRUN] = n
+    free_request(pool, inst, reqs, i, r)
+    reqs.status[r] = PREEMPTED
+    reqs.computed[r] = 0
+    reqs.n_preempt[r] += 1
+    wq_push_front(inst, i, r)
+    return r
+
+
+@sim_jit
+def add_to_batch(inst, reqs, i, r, num_new):
+    """Schedule ``num_new`` tokens of ``r`` in the step; advance its computed tokens."""
+    j = inst.ist[i, I_BATCH]
+    inst.b_req[i, j] = r
+    inst.b_new[i, j] = num_new
+    inst.b_ctx[i, j] = reqs.computed[r]
+    reqs.computed[r] += num_new
+    inst.ist[i, I_BATCH] = j + 1
