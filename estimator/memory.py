@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
 from serveplan.kernels import roofline as K
 
 from .catalog import resolve_gpu, resolve_model

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from serveplan.kernels import survival as _k
 
 __all__ = [

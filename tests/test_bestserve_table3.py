@@ -5,6 +5,7 @@ decode MLP) sets the unstated memory bandwidth; the other compute cells are held
 """
 
 import pytest
+
 from serveplan.estimator.bestserve import inferred_mem_bw, table3_comparison
 
 

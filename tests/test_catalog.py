@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+
 from serveplan.estimator.catalog import (
     CatalogError,
     list_gpus,

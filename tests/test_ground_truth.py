@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from serveplan.estimator.ground_truth import (
     ARGONNE_HARDWARE_TO_GPU,
     GroundTruthError,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from serveplan.estimator.oracle import CostOracle
 from serveplan.kernels import roofline as K
 from serveplan.kernels.reference import (

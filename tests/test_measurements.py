@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
 from serveplan.estimator.measurements import (
     FAMILY_FEATURES,
     LATENCY_UNIT_COLUMNS,

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from serveplan.estimator.catalog import resolve_model
 from serveplan.estimator.memory import (
     GIB,

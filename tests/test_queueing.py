@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from serveplan.queueing import fixed_point as fp
 from serveplan.queueing import formulas as F
 

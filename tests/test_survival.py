@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy import stats
+
 from serveplan.kernels import survival as K
 from serveplan.queueing.survival import (
     KaplanMeier,

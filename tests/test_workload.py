@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special
+
 from serveplan.sim import workload
 from serveplan.sim.workload import (
     ClosedLoop,
