@@ -25,4 +25,13 @@ __all__ = [
     "plan_memory",
     "resolve_gpu",
     "resolve_model",
+    "simulate",
 ]
+
+
+def __getattr__(name: str):
+    if name == "simulate":  # lazy: the simulator imports xarray
+        from serveplan.simulation import simulate
+
+        return simulate
+    raise AttributeError(f"module 'serveplan' has no attribute {name!r}")

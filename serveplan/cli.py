@@ -15,7 +15,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # each command module adds itself to ``app``; one line per command module
-    from serveplan.commands import estimate  # noqa: F401
+    from serveplan.commands import estimate, simulate  # noqa: F401
 
 
 _register()

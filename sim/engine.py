@@ -28,6 +28,7 @@ from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
+
 from serveplan.kernels.roofline import step_time
 
 from . import _jitcache
@@ -223,14 +224,16 @@ def _drop_finished(inst, reqs, i):
 
 
 @sim_jit
-def start_step(pool, inst, reqs, knobs, glob, rec, i, now, ops, mods, prm, graph_sizes, agg,
-               comp, comm):
-    """Schedule and cost instance ``i``'s next step starting at ``now``; False if empty."""
+def start_step(pool, inst, reqs, knobs, glob, rec, i, now, cost, ops, mods, prm, graph_sizes,
+               agg, comp, comm):
+    """Schedule and cost instance ``i``'s next step starting at ``now``; False if empty.
+
+    ``cost[0] > 0`` selects the affine step cost ``cost[1] + cost[2] * tokens + cost[3] *
+    requests``; otherwise the cost oracle's kernel prices the batch.
+    """
     bn = schedule(pool, inst, reqs, knobs, glob, i, now)
     if bn == 0:
         return False
-    dt = step_time(inst.b_new[i], inst.b_ctx[i], bn, ops, mods, prm, graph_sizes, agg, comp,
-                   comm)
     tokens = 0
     decode_tokens = 0
     for j in range(bn):
@@ -238,6 +241,11 @@ def start_step(pool, inst, reqs, knobs, glob, rec, i, now, ops, mods, prm, graph
         tokens += inst.b_new[i, j]
         if inst.b_new[i, j] == 1 and reqs.n_out[r] > 0 and reqs.computed[r] == num_tokens(reqs, r):
             decode_tokens += 1
+    if cost[0] > 0.0:
+        dt = cost[1] + cost[2] * tokens + cost[3] * bn
+    else:
+        dt = step_time(inst.b_new[i], inst.b_ctx[i], bn, ops, mods, prm, graph_sizes, agg,
+                       comp, comm)
     used = num_used(pool, i)
     inst.acc[i, A_BUSY_UNTIL] = now + dt
     inst.acc[i, A_BUSY_TIME] += dt
@@ -254,8 +262,8 @@ def start_step(pool, inst, reqs, knobs, glob, rec, i, now, ops, mods, prm, graph
 
 
 @sim_jit
-def run_loop(pool, inst, reqs, knobs, glob, rec, ops, mods, prm, graph_sizes, agg, comp,
-             comm):
+def run_loop(pool, inst, reqs, knobs, glob, rec, cost, ops, mods, prm, graph_sizes, agg,
+             comp, comm):
     """Advance until every request has finished (or an error code is set in ``glob``)."""
     n = reqs.prompt.shape[0]
     n_inst = knobs.shape[0]
@@ -283,7 +291,7 @@ def run_loop(pool, inst, reqs, knobs, glob, rec, ops, mods, prm, graph_sizes, ag
             complete_step(pool, inst, reqs, knobs, glob, k, now)
         for i in range(n_inst):
             if inst.ist[i, I_BUSY] == 0 and (inst.ist[i, I_WLEN] > 0 or inst.ist[i, I_NRUN] > 0):
-                start_step(pool, inst, reqs, knobs, glob, rec, i, now, ops, mods, prm,
+                start_step(pool, inst, reqs, knobs, glob, rec, i, now, cost, ops, mods, prm,
                            graph_sizes, agg, comp, comm)
         if glob[G_STEPS] >= glob[G_MAX_STEPS]:
             glob[G_ERROR] = ERR_MAX_STEPS
@@ -291,6 +299,38 @@ def run_loop(pool, inst, reqs, knobs, glob, rec, ops, mods, prm, graph_sizes, ag
 
 
 # ---------------------------------------------------------------------------- Python API
+@dataclass(frozen=True)
+class AffineStepCost:
+    """Step seconds ``base_s + per_token_s * tokens + per_request_s * requests``.
+
+    A transparent stand-in for the cost oracle where a test or a queueing comparison needs
+    known service times (e.g. M/D/1 with a constant step).
+    """
+
+    base_s: float
+    per_token_s: float = 0.0
+    per_request_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("base_s", "per_token_s", "per_request_s"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.base_s + self.per_token_s + self.per_request_s <= 0:
+            raise ValueError("an affine step cost must be positive for a non-empty step")
+
+
+def _cost_arrays(cost) -> tuple:
+    """``(cost, ops, mods, prm, graph_sizes, agg, comp, comm)`` for :func:`run_loop`."""
+    if isinstance(cost, AffineStepCost):
+        flags = np.array([1.0, cost.base_s, cost.per_token_s, cost.per_request_s])
+        z1, z2 = np.zeros(1), np.zeros((1, 1))
+        return (flags, z2, z2.copy(), z1, z1.copy(), z2.copy(), z1.copy(), z1.copy())
+    ops, mods, prm, graph_sizes = cost.kernel_args
+    agg, comp, comm = cost.scratch()
+    return (np.zeros(4), ops, mods, prm, graph_sizes, agg, comp, comm)
+
+
 @dataclass(frozen=True)
 class EngineParams:
     """Engine knobs of one instance, with vLLM's names (all instances share them).
@@ -391,7 +431,7 @@ def _check_capacity(prompt, output, ignored, params: EngineParams) -> int:
     return int(max(blocks[live].max(), 1))
 
 
-def run_engine(requests, oracle, params: EngineParams, *, num_instances: int = 1,
+def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
                router: Router | int = Router.ROUND_ROBIN, record_steps: int = 1 << 16,
                max_steps: int | None = None) -> EngineResult:
     """Simulate ``requests`` on ``num_instances`` colocated instances.
@@ -401,8 +441,8 @@ def run_engine(requests, oracle, params: EngineParams, *, num_instances: int = 1
     requests : serveplan.sim.workload.Requests
         Arrival times (NaN for closed loop), prompt and output lengths, optional prefix
         hash ids.
-    oracle : serveplan.estimator.oracle.CostOracle
-        Prices each step (its ``kernel_args``).
+    cost : serveplan.estimator.oracle.CostOracle or AffineStepCost
+        Prices each step: the oracle's kernel on the actual batch, or an affine formula.
     params : EngineParams
         Scheduler policy and engine knobs of every instance.
     num_instances : int
@@ -451,11 +491,8 @@ def run_engine(requests, oracle, params: EngineParams, *, num_instances: int = 1
     glob[G_NOPEN] = min(conc, n) if conc else n
     glob[G_MAX_STEPS] = np.iinfo(np.int64).max if max_steps is None else int(max_steps)
     rec = make_rec(record_steps)
-    ops, mods, prm, graph_sizes = oracle.kernel_args
-    agg, comp, comm = oracle.scratch()
     if n:
-        run_loop(pool, inst, reqs, knobs, glob, rec, ops, mods, prm, graph_sizes, agg, comp,
-                 comm)
+        run_loop(pool, inst, reqs, knobs, glob, rec, *_cost_arrays(cost))
     if glob[G_ERROR] == ERR_STALL:
         raise ValueError("the simulation stalled: requests wait but no instance can schedule "
                          "them (check num_gpu_blocks and max_num_batched_tokens)")
@@ -474,5 +511,5 @@ def recorded_steps(rec: Rec) -> dict[str, np.ndarray]:
     return {name: getattr(rec, name)[:k] for name in Rec._fields if name != "meta"}
 
 
-__all__ = ["EngineParams", "EngineResult", "run_engine", "run_loop", "clip_lengths",
+__all__ = ["AffineStepCost", "EngineParams", "EngineResult", "run_engine", "run_loop", "clip_lengths",
            "recorded_steps", "cdiv"]
