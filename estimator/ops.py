@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from serveplan.kernels import roofline as K
 
 from .specs import DTYPE_BYTES, ModelSpec, Parallelism
@@ -35,6 +36,56 @@ MODULE_SECTIONS = (K.SECTION_PRE, K.SECTION_LAYER, K.SECTION_LAYER, K.SECTION_LA
 # profile dispatch key of each module
 MODULE_DISPATCH_KEY = ("embedding", "norm", "attention", "norm", "mlp", "final_norm",
                        "lm_head", "sampler")
+
+
+MOE_KERNELS = 5  # kernels of one fused-MoE call (align, gate-up, act, down, reduce)
+
+
+def gemm_coeffs(n, k, act, wbytes):
+    """Work/traffic coefficients of ``Y[T, n] = X[T, k] @ W[k, n]`` (basis: tokens T).
+
+    Returns ``(a, b, c)`` with ``W = a T`` FLOP and ``Q = b T + c`` bytes: ``a = 2 n k``,
+    ``b = act (n + k)`` (read X, write Y), ``c = wbytes n k`` (read the weight once).
+    Works elementwise on arrays.
+    """
+    return 2.0 * n * k, act * (n + k), wbytes * n * k
+
+
+def gqa_attention_coeffs(hq, hkv, d, act, kvb):
+    """Coefficients of fused (Flash / paged) GQA attention on one rank, prefill or decode.
+
+    Returns ``(a, b, c)`` with ``W = a pairs`` (QK^T and PV: ``a = 4 hq d``) and
+    ``Q = b kv_read + c q`` bytes: K and V of each KV token read (``b = 2 hkv d kvb``) and
+    Q read plus O written per query token (``c = 2 hq d act``). ``pairs`` and ``kv_read``
+    come from :func:`serveplan.kernels.roofline.attention_request`.
+    """
+    return 4.0 * hq * d, 2.0 * hkv * d * kvb, 2.0 * hq * d * act
+
+
+def moe_coeffs(h, inter, act, wbytes):
+    """Coefficients of the routed experts of one rank (basis: token-expert assignments A).
+
+    Returns ``(a, b, c)`` with ``W = a A`` (gate, up and down projections: ``a = 6 h inter``),
+    ``Q = b A + c E_active``: activations in and out per assignment
+    (``b = act (2 h + 3 inter)``) and each active expert's three matrices once
+    (``c = 3 h inter wbytes``). ``inter`` is the expert width on this rank.
+    """
+    return 6.0 * h * inter, act * (2.0 * h + 3.0 * inter), 3.0 * h * inter * wbytes
+
+
+def moe_routing(tokens, topk, num_experts, local_experts):
+    """Expected token-expert assignments on a rank and experts hit, under uniform routing.
+
+    A token picks a given expert with probability ``p = topk / num_experts``; a rank with
+    ``local_experts`` experts receives ``tokens p local_experts`` assignments and
+    ``local_experts (1 - (1 - p)^tokens)`` of its experts see at least one token.
+    Elementwise on arrays (the kernel's ``_expected_active`` for one value).
+    """
+    tokens = np.asarray(tokens, dtype=np.float64)
+    p = np.asarray(topk, dtype=np.float64) / num_experts
+    assign = tokens * p * local_experts
+    active = np.where(tokens > 0, local_experts * (1.0 - (1.0 - p) ** tokens), 0.0)
+    return assign, active
 
 
 @dataclass
@@ -76,9 +127,10 @@ class _Builder:
         self.names.append(name)
 
     def gemm(self, name, module, n, k, act, wbytes, frac=1.0, basis=K.B_TOKENS):
-        """Y[T, n] = X[T, k] · W[k, n]: W = 2nk·T, Q = act·(n+k)·T + w·n·k."""
-        self.add(name, module, basis, a=2.0 * n * k, b=act * (n + k), c=wbytes * n * k,
-                 family=K.F_GEMM, frac=frac, x1=n, x2=k, param=wbytes * n * k)
+        """Y[T, n] = X[T, k] · W[k, n] (see :func:`gemm_coeffs`)."""
+        a, b, c = gemm_coeffs(n, k, act, wbytes)
+        self.add(name, module, basis, a=a, b=b, c=c, family=K.F_GEMM, frac=frac, x1=n, x2=k,
+                 param=c)
 
 
 def build_ops(model: ModelSpec, par: Parallelism, weight_dtype: str | None = None,
@@ -134,7 +186,7 @@ def build_ops(model: ModelSpec, par: Parallelism, weight_dtype: str | None = Non
     _norm(b, "final_norm", MOD_FNORM, model, h, act, eager, 1.0, final=True)
     head_params = 0.0 if model.tie_word_embeddings else V * h * w
     b.add("lm_head", MOD_HEAD, K.B_ROWS, a=2 * V * h, b=act * h + 4 * V, c=w * V * h,
-          family=K.F_GEMM, param=head_params)
+          family=K.F_GEMM, param=head_params, x1=V, x2=h)
     # logits gathered to full vocabulary, fp32: softmax / penalties / top-p read and write
     b.add("sampler", MOD_SAMPLE, K.B_ROWS, a=5 * model.vocab_size, b=12 * model.vocab_size,
           count=4)
@@ -191,7 +243,6 @@ def _gqa(b, model, par, act, w, kvb, eager):
         if frac <= 0:
             continue
         sfx = "" if window == 0 else "_swa"
-        qo = 2 * hq * d * act  # read Q, write O
         if eager:
             # BestServe Table 10 (prefill, TP): QK^T and @V each W = 2·hq·d and
             # Q = 2·hq bytes per score entry plus 4·hq·d per query token; div, mask add and
@@ -206,9 +257,10 @@ def _gqa(b, model, par, act, w, kvb, eager):
             b.add("attn_decode" + sfx, A, K.B_ATTN_DECODE, a=4 * hq * d + 5 * hq, b=dec_b,
                   c=4 * hq * d, family=K.F_ATTN, frac=frac, window=window, count=8)
             continue
-        b.add("attn_prefill" + sfx, A, K.B_ATTN_PREFILL, a=4 * hq * d, b=kv_token, c=qo,
+        a, kv_b, qo_c = gqa_attention_coeffs(hq, hkv, d, act, kvb)
+        b.add("attn_prefill" + sfx, A, K.B_ATTN_PREFILL, a=a, b=kv_b, c=qo_c,
               family=K.F_ATTN, frac=frac, window=window)
-        b.add("attn_decode" + sfx, A, K.B_ATTN_DECODE, a=4 * hq * d, b=kv_token, c=qo,
+        b.add("attn_decode" + sfx, A, K.B_ATTN_DECODE, a=a, b=kv_b, c=qo_c,
               family=K.F_ATTN, frac=frac, window=window)
     b.gemm("o_proj", A, h, hq * d, act, w)
 
@@ -283,10 +335,9 @@ def _moe(b, model, par, act, w, frac):
     inter = model.moe_intermediate_size / shard
     local = E / ep
     b.gemm("moe.router", F, E, h, act, w, frac=frac)  # replicated gate
-    per_expert = 3 * h * inter * w
-    b.add("moe.experts", F, K.B_MOE, a=6 * h * inter, b=act * (2 * h + 3 * inter),
-          c=per_expert, family=K.F_MOE, count=5, frac=frac, x1=local, x2=k / E,
-          param=local * per_expert)
+    a, per_assign, per_expert = moe_coeffs(h, inter, act, w)
+    b.add("moe.experts", F, K.B_MOE, a=a, b=per_assign, c=per_expert, family=K.F_MOE,
+          count=MOE_KERNELS, frac=frac, x1=local, x2=k / E, param=local * per_expert)
     if model.num_shared_experts:
         _mlp(b, "moe.shared", model, model.shared_intermediate_size / par.tp, h, act, w,
              False, frac)

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from serveplan.kernels import roofline as K
 
 from .catalog import resolve_gpu, resolve_model
+from .correctors import Runtime, Static, find_table, packed_factors
 from .ops import (
     MODULE_DISPATCH_KEY,
     MODULE_NAMES,
@@ -71,12 +73,15 @@ class CostOracle:
         A :class:`Profile`, a path to a profile JSON, or None for the GPU's shipped one.
     max_num_seqs
         Sets the largest CUDA-graph capture size as vLLM does.
+    correctors
+        Apply the profile's learned residual correctors (default); False prices the
+        fitted roofline alone.
     """
 
     def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
                  dtype: str | None = None, kv_dtype: str | None = None,
                  cuda_graph: bool = True, profile: Profile | str | Path | None = None,
-                 max_num_seqs: int = 256):
+                 max_num_seqs: int = 256, correctors: bool = True):
         self.model: ModelSpec = resolve_model(model)
         self.gpu: GPUSpec = resolve_gpu(gpu)
         self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
@@ -91,6 +96,8 @@ class CostOracle:
                                         self.kv_dtype, self.profile.attention_impl)
         self.mods = self._module_table()
         self.prm = self._params()
+        if correctors and self.profile.correctors and self.profile.attention_impl == "fused":
+            self.prm = self._attach_correctors(self.prm)
         K.fill_rates(self.table.ops, self.prm)
         self.graph_sizes = cuda_graph_sizes(max_num_seqs)
         self._agg = np.zeros((self.table.n_ops, K.N_AGG))
@@ -125,7 +132,6 @@ class CostOracle:
         prm[K.P_MOE_TOKENS] = par.dp
         prm[K.P_GRAPH] = 1.0 if self.cuda_graph else 0.0
         prm[K.P_GRAPH_LAUNCH] = prof.graph_launch_s
-        prm[K.P_KERNEL_FIXED] = prof.kernel_fixed_s
         prm[K.P_STEP_OVERHEAD] = prof.step_overhead_s
         prm[K.P_TILE] = prof.flash_tile
         in_node = par.tp * par.dp <= g.gpus_per_node
@@ -147,7 +153,71 @@ class CostOracle:
                 e = prof.eff(fam, phase)
                 prm[K.eff_index(ph, f, 0)] = e.ec
                 prm[K.eff_index(ph, f, 1)] = e.em
+        for f, fam in enumerate(FAMILIES):
+            prm[K.P_FIXED + f] = prof.kernel_fixed(fam)
         return prm
+
+    def _row_corrector(self, r: int, phase: str):
+        """(stored table, feature bindings) of op row ``r`` in ``phase``, or (None, None).
+
+        Each corrector feature (:data:`.correctors.FAMILY_FEATURES`) is bound to a kernel
+        runtime feature times a model constant (:class:`.correctors.Runtime`), or to a
+        constant of this deployment (:class:`.correctors.Static`).
+        """
+        ops, tables, m, par = self.table.ops, self.profile.correctors, self.model, self.parallel
+        basis, fam = int(ops[r, K.C_BASIS]), int(ops[r, K.C_FAMILY])
+        wdt = "bf16" if self.weight_dtype in ("bf16", "fp16") else self.weight_dtype
+        kvdt = "bf16" if self.kv_dtype in ("bf16", "fp16") else self.kv_dtype
+        x1, x2 = ops[r, K.C_X1], ops[r, K.C_X2]
+        if fam == K.F_GEMM and basis in (K.B_TOKENS, K.B_ROWS) and x1 > 0:
+            bind = {"m": Runtime(K.FEAT_TOKENS), "n": Static(x1), "k": Static(x2)}
+            return find_table(tables, "gemm", dtype=wdt), bind
+        if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE) and m.attention == "gqa":
+            hq = m.num_heads / par.tp
+            hkv = max(1.0, m.num_kv_heads / par.tp)
+            bind = {"q_len": Runtime(K.FEAT_Q_MEAN), "kv_len": Runtime(K.FEAT_KV_MEAN),
+                    "batch_heads": Runtime(K.FEAT_BATCH, float(np.log2(hq))),
+                    "batch_kv_heads": Runtime(K.FEAT_BATCH, float(np.log2(hkv))),
+                    "head_dim": Static(m.head_dim), "gqa_ratio": Static(hq / hkv)}
+            family = "attention_prefill" if basis == K.B_ATTN_PREFILL else "attention_decode"
+            return find_table(tables, family, kv_dtype=kvdt), bind
+        if basis == K.B_MOE:
+            hidden = float(m.hidden_size)
+            bind = {"tokens_per_expert": Runtime(K.FEAT_TOKENS, float(np.log2(par.dp * x2))),
+                    "local_experts": Static(x1), "expert_size": Static(ops[r, K.C_A] / 6.0),
+                    "hidden": Static(hidden), "expert_inter": Static(ops[r, K.C_A] / 6.0 / hidden)}
+            return find_table(tables, "moe", dtype=wdt), bind
+        if basis == K.B_ALLREDUCE:
+            bind = {"message_bytes": Runtime(K.FEAT_TOKENS, float(np.log2(ops[r, K.C_B]))),
+                    "num_gpus": Static(par.tp)}
+            table = find_table(tables, "allreduce", phase=phase) \
+                or find_table(tables, "allreduce")
+            return table, bind
+        if basis == K.B_ALLTOALL:
+            shift = float(np.log2(ops[r, K.C_B] * par.dp))
+            bind = {"message_bytes": Runtime(K.FEAT_TOKENS, shift), "num_gpus": Static(par.ep)}
+            return find_table(tables, "alltoall"), bind
+        return None, None
+
+    def _attach_correctors(self, prm: np.ndarray) -> np.ndarray:
+        """Append each row's runtime corrector tables to ``prm``; set ``C_CORR`` offsets."""
+        ops = self.table.ops
+        parts = [prm]
+        size = prm.shape[0]
+        cache: dict[bytes, int] = {}
+        for r in range(ops.shape[0]):
+            for ph, phase in enumerate(PHASES):
+                table, bind = self._row_corrector(r, phase)
+                if table is None:
+                    continue
+                packed = packed_factors(table, bind)
+                key = packed.tobytes()
+                if key not in cache:
+                    cache[key] = size
+                    parts.append(packed)
+                    size += packed.shape[0]
+                ops[r, K.C_CORR + ph] = cache[key]
+        return np.concatenate(parts)
 
     # ------------------------------------------------------------------ public API
     @property

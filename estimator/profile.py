@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .correctors import GridTable
 from .specs import SpecError
 
 FAMILIES = ("gemm", "attention", "elementwise", "moe", "comm")
@@ -77,6 +78,10 @@ class Profile(BaseModel):
         }
     )
     kernel_fixed_s: float = Field(2.0e-6, ge=0, description="GPU time every kernel costs")
+    kernel_fixed_family_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-family override of kernel_fixed_s (fitted profiles set these)",
+    )
     graph_launch_s: float = Field(30e-6, ge=0, description="CPU time to replay one CUDA graph")
     step_overhead_s: float = Field(
         0.5e-3, ge=0, description="engine CPU time per step outside the forward pass"
@@ -93,10 +98,20 @@ class Profile(BaseModel):
         default_factory=lambda: {1: 0.0, 2: 342e6, 4: 392e6, 8: 392e6},
         description="NCCL buffers per rank by group size (aiconfigurator's observed values)",
     )
-    correctors: dict = Field(default_factory=dict, description="learned residual correctors")
+    correctors: dict[str, GridTable] = Field(
+        default_factory=dict,
+        description="learned residual correctors by name (serveplan.estimator.correctors)",
+    )
+    provenance: dict[str, Any] = Field(
+        default_factory=dict, description="how the profile was made: data, versions, command"
+    )
 
     def eff(self, family: str, phase: str) -> Efficiency:
         return getattr(self.efficiency[family], phase)
+
+    def kernel_fixed(self, family: str) -> float:
+        """Fixed GPU seconds of one kernel of ``family``."""
+        return self.kernel_fixed_family_s.get(family, self.kernel_fixed_s)
 
     def nccl(self, group: int) -> float:
         if group <= 1:
@@ -113,17 +128,42 @@ class Profile(BaseModel):
             raise SpecError(
                 f"profile {self.name}: unknown dispatch module(s) {unknown}; known: {MODULES}"
             )
+        unknown = [f for f in self.kernel_fixed_family_s if f not in FAMILIES]
+        if unknown:
+            raise SpecError(
+                f"profile {self.name}: unknown kernel_fixed_family_s family(s) {unknown}; "
+                f"known: {FAMILIES}"
+            )
 
 
-def _bundled(gpu: str) -> Profile | None:
-    path = resources.files(__package__).joinpath("data", "profiles", f"{gpu}.json")
+ENGINES = ("vllm", "trtllm", "sglang")
+DEFAULT_ENGINE = "vllm"
+
+
+def bundled_profile_name(gpu: str, engine: str = DEFAULT_ENGINE) -> str:
+    """File name of the shipped profile of ``gpu`` under ``engine`` (vLLM: ``<gpu>.json``)."""
+    return f"{gpu}.json" if engine == DEFAULT_ENGINE else f"{gpu}-{engine}.json"
+
+
+def _bundled(gpu: str, engine: str = DEFAULT_ENGINE) -> Profile | None:
+    path = resources.files(__package__).joinpath("data", "profiles",
+                                                  bundled_profile_name(gpu, engine))
     if not path.is_file():
         return None
     return Profile(**json.loads(path.read_text()))
 
 
 def load_profile(gpu: str | None = None, path: str | Path | None = None) -> Profile:
-    """The profile at ``path`` if given, else the shipped one for ``gpu``, else defaults."""
+    """The profile at ``path`` if given, else the shipped one for ``gpu``, else defaults.
+
+    ``path`` may also name an engine (``vllm``, ``trtllm``, ``sglang``): the shipped
+    profile fitted on that engine's measurements for ``gpu`` (``--profile trtllm``).
+    """
+    if path is not None and str(path) in ENGINES and not Path(path).exists():
+        prof = _bundled(gpu, str(path)) if gpu is not None else None
+        if prof is None:
+            raise SpecError(f"no shipped {path} profile for GPU {gpu!r}")
+        return prof
     if path is not None:
         p = Path(path)
         if not p.exists():

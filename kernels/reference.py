@@ -8,6 +8,8 @@ these; benchmarks time both. ``REFERENCE`` maps kernel name -> reference.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from . import roofline as K
@@ -55,6 +57,49 @@ def attention_request_ref(q, c, window, tile):
         lo = 0 if window <= 0 else max(0, first_q - int(window) + 1)
         kv += hi - lo
     return pairs, kv
+
+
+def log_features_ref(ops, r, T, R, prm, agg_row):
+    """log2 of every corrector feature (indexed by FEAT_* code) of op row ``r``, by definition."""
+    basis = int(ops[r, K.C_BASIS])
+    tokens = R if basis == K.B_ROWS else T
+    n_req = agg_row[4]
+    with np.errstate(divide="ignore"):
+        feats = {
+            K.FEAT_TOKENS: np.log2(tokens),
+            K.FEAT_N: np.log2(ops[r, K.C_X1]),
+            K.FEAT_K: np.log2(ops[r, K.C_X2]),
+            K.FEAT_BATCH: np.log2(n_req if n_req > 0 else tokens),
+            K.FEAT_KV_MEAN: np.log2(agg_row[1] / n_req) if n_req > 0 else -np.inf,
+            K.FEAT_Q_MEAN: np.log2(agg_row[2] / n_req) if n_req > 0 else -np.inf,
+            K.FEAT_TOK_PER_EXPERT: np.log2(tokens * prm[K.P_MOE_TOKENS] * ops[r, K.C_X2]),
+        }
+    return feats
+
+
+def correction_ref(prm, off, log_feats):
+    """Factor of the packed grid table at ``prm[off]``: multilinear interpolation over every
+    corner of the enclosing cell, coordinates clamped to the grid, written out in full."""
+    ndim = int(prm[off])
+    axes = []
+    for d in range(ndim):
+        code, lo, step, npts = prm[off + 1 + K.CORR_HEADER * d: off + 1 + K.CORR_HEADER * (d + 1)]
+        npts = int(npts)
+        u = (log_feats[int(code)] - lo) / step
+        u = 0.0 if not np.isfinite(u) and not u > 0 else u
+        u = min(max(u, 0.0), npts - 1.0)
+        lower = min(int(np.floor(u)), max(npts - 2, 0))
+        axes.append((npts, lower, u - lower))
+    values = prm[off + 1 + K.CORR_HEADER * ndim:]
+    total = 0.0
+    for corner in itertools.product((0, 1), repeat=ndim):
+        weight = 1.0
+        flat = 0
+        for (npts, lower, frac), bit in zip(axes, corner, strict=True):
+            weight *= frac if bit else 1.0 - frac
+            flat = flat * npts + min(lower + bit, npts - 1)
+        total += weight * values[flat]
+    return total
 
 
 def _op_work_traffic(ops, r, T, R, prm, agg_row):
@@ -105,17 +150,19 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
                                                                                     phase)
         e_c = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2]
         e_m = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2 + 1]
-        if basis == K.B_ALLREDUCE:
-            comm[mod] += frac * ring_allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP],
-                                                        prm[K.P_COMM_BW], prm[K.P_COMM_LAT],
-                                                        e_m)
-            continue
-        if basis == K.B_ALLTOALL:
-            comm[mod] += frac * alltoall_time_ref(ops[r, K.C_B] * T * prm[K.P_MOE_TOKENS],
-                                                  prm[K.P_EP], prm[K.P_COMM_BW],
-                                                  prm[K.P_COMM_LAT], e_m)
-            continue
+        off = int(ops[r, K.C_CORR + ph])
         agg = np.zeros(5)
+        if basis in (K.B_ALLREDUCE, K.B_ALLTOALL):
+            if basis == K.B_ALLREDUCE:
+                t = ring_allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP], prm[K.P_COMM_BW],
+                                            prm[K.P_COMM_LAT], e_m)
+            else:
+                t = alltoall_time_ref(ops[r, K.C_B] * T * prm[K.P_MOE_TOKENS], prm[K.P_EP],
+                                      prm[K.P_COMM_BW], prm[K.P_COMM_LAT], e_m)
+            if off > 0 and t > 0:
+                t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
+            comm[mod] += frac * t
+            continue
         if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
             want_prefill = basis != K.B_ATTN_DECODE
             for i in range(n):
@@ -130,7 +177,10 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
         if w == 0 and byt == 0:
             continue
         t = float(roofline_time_ref(w, byt, prm[K.P_SC + fam], prm[K.P_SM], e_c, e_m))
-        comp[mod] += frac * (t + ops[r, K.C_COUNT] * prm[K.P_KERNEL_FIXED])
+        t += ops[r, K.C_COUNT] * prm[K.P_FIXED + fam]
+        if off > 0:
+            t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
+        comp[mod] += frac * t
     # Algorithm 1, module by module through every layer
     sections = mods[:, K.M_SECTION]
     order = [j for j in range(n_mod) if sections[j] == K.SECTION_PRE]
@@ -154,5 +204,6 @@ REFERENCE = {
     "alltoall_time": alltoall_time_ref,
     "attention_request": attention_request_ref,
     "step_time": step_time_ref,
+    "correction": correction_ref,
     "uniform_step_times": step_time_ref,
 }

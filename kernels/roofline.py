@@ -53,10 +53,15 @@ C_MODULE, C_BASIS, C_A, C_B, C_C, C_FAMILY, C_COUNT, C_FRAC, C_WINDOW, C_X1, C_X
 # C_RATE: 1/(e_c S_c) and 1/(e_m S_m) per phase, derived from ``prm`` by :func:`fill_rates`
 # so the hot loop multiplies instead of looking up and dividing.
 C_RATE = 12  # [prefill inv_c, prefill inv_m, decode inv_c, decode inv_m]
-# C_CORR: offset in ``prm`` of this row's learned residual corrector table (0 = none);
-# see :func:`correction`. GEMM rows keep their n and k in C_X1 / C_X2 as corrector features.
+# C_CORR, C_CORR + 1: offsets in ``prm`` of this row's learned residual corrector table in
+# the prefill and in the decode phase (0 = none); see :func:`correction`. Two, because a
+# collective runs eagerly in a mixed step but inside the CUDA graph in a decode step.
+# GEMM rows keep their n and k in C_X1 / C_X2 (corrector features).
 C_CORR = 16
-N_COLS = 17
+# C_FIXED: the row's fixed GPU seconds per call, C_COUNT kernels x the family's per-kernel
+# time (``prm[P_FIXED + family]``), written by :func:`fill_rates`.
+C_FIXED = 18
+N_COLS = 19
 N_AGG = 5  # attention aggregates per row: pairs, kv_read, query tokens, score entries, requests
 # --- bases -------------------------------------------------------------------------
 B_TOKENS, B_ROWS, B_ATTN_PREFILL, B_ATTN_DECODE, B_SCORES, B_MOE, B_ALLREDUCE, B_ALLTOALL = range(8)
@@ -77,7 +82,6 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_MOE_TOKENS,  # multiplier from local tokens to tokens reaching one EP group (dp)
     P_GRAPH,  # 1.0: pure-decode steps run as one captured CUDA graph
     P_GRAPH_LAUNCH,  # CPU time to launch one graph replay
-    P_KERNEL_FIXED,  # GPU time every kernel costs regardless of size
     P_STEP_OVERHEAD,  # CPU time per engine step outside the forward pass
     P_TILE,  # FlashAttention query tile (rows)
     P_COMM_BW,  # TP/EP link bandwidth per direction, B/s
@@ -87,9 +91,10 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_P2P_BYTES,  # bytes per token sent between pipeline stages
     P_SM,  # peak memory bandwidth, B/s
     P_SC,  # peak FLOP/s per family (N_FAMILIES entries)
-) = range(17)
+) = range(16)
 P_EFF = P_SC + N_FAMILIES  # e_c, e_m for [phase][family]: 2 * N_FAMILIES * 2 entries
-N_PARAMS = P_EFF + 2 * N_FAMILIES * 2
+P_FIXED = P_EFF + 2 * N_FAMILIES * 2  # GPU seconds every kernel of a family costs (N_FAMILIES)
+N_PARAMS = P_FIXED + N_FAMILIES  # corrector tables are appended after this
 PHASE_PREFILL, PHASE_DECODE = 0, 1
 
 
@@ -202,65 +207,109 @@ def _expected_active(experts, frac, tokens):
 
 
 # --- learned residual correctors ----------------------------------------------------
-# A corrector is a grid table of log(measured / roofline) over up to three features, each
-# on a log2 axis, packed into ``prm`` at an offset stored in the row's C_CORR:
+# A corrector multiplies an op row's time (roofline + fixed) by a factor read from a grid
+# table over up to three features, each on a log2 axis, packed into ``prm`` at the offset
+# stored in the row's C_CORR (prefill phase) or C_CORR + 1 (decode phase):
 #   prm[o] = ndim; then per dim d: feature code, log2 lower edge, step, number of points;
-#   then the values, C order (last dim fastest). Evaluation is multilinear interpolation,
-#   clamped at the edges; the time is multiplied by exp(value).
+#   then the factors, C order (last dim fastest).
+# Evaluation is multilinear interpolation of the factors in log2-feature space, clamped at
+# the edges (outside the grid the edge value holds). The estimator fits log corrections and
+# packs their exp(), so nothing transcendental runs per row; at a grid node the factor is
+# exactly the packed value. See serveplan.estimator.correctors for the fit and packing.
 FEAT_TOKENS, FEAT_N, FEAT_K, FEAT_BATCH, FEAT_KV_MEAN, FEAT_Q_MEAN, FEAT_TOK_PER_EXPERT = range(7)
 N_FEATURES = 7
+FEATURE_NAMES = ("tokens", "n", "k", "batch", "kv_mean", "q_mean", "tokens_per_expert")
 CORR_MAX_DIMS = 3
+CORR_HEADER = 4  # packed header entries per dim: feature code, log2 lower edge, step, points
 
 
 @njit(cache=True)
-def correction(prm, off, feats):
-    """exp(table value) at ``feats`` (linear-scale feature vector) for the table at ``off``."""
-    ndim = int(prm[off])
-    if ndim <= 0:
-        return 1.0
-    base = off + 1 + 4 * ndim
-    # strides, C order
-    stride = 1
-    strides = np.empty(CORR_MAX_DIMS, dtype=np.int64)
-    for d in range(ndim - 1, -1, -1):
-        strides[d] = stride
-        stride *= int(prm[off + 1 + 4 * d + 3])
-    idx = np.empty(CORR_MAX_DIMS, dtype=np.int64)
-    wts = np.empty(CORR_MAX_DIMS)
-    for d in range(ndim):
-        h = off + 1 + 4 * d
-        x = feats[int(prm[h])]
-        lx = np.log2(x) if x > 0.0 else prm[h + 1]
-        npts = int(prm[h + 3])
-        u = (lx - prm[h + 1]) / prm[h + 2]
-        if u <= 0.0 or npts == 1:
-            idx[d] = 0
-            wts[d] = 0.0
-        elif u >= npts - 1:
-            idx[d] = npts - 2
-            wts[d] = 1.0
-        else:
+def log_feature(code, lt, agg_row, op_row, prm):
+    """log2 of corrector feature ``code`` for one op row in this step.
+
+    ``lt`` is log2 of the row's token count (T, or the logit rows R for ``B_ROWS`` rows).
+    ``FEAT_BATCH``, ``FEAT_KV_MEAN`` and ``FEAT_Q_MEAN`` are per request of the row's
+    attention class (``agg_row``: pairs, kv_read, query tokens, score entries, requests);
+    on a row without requests the batch is ``2**lt`` and the means are 0 (log2 = -inf,
+    which clamps to the lower edge).
+    """
+    if code == FEAT_TOKENS:
+        return lt
+    if code == FEAT_N:
+        return np.log2(op_row[C_X1])
+    if code == FEAT_K:
+        return np.log2(op_row[C_X2])
+    n_req = agg_row[4]
+    if code == FEAT_BATCH:
+        return np.log2(n_req) if n_req > 0.0 else lt
+    if code == FEAT_KV_MEAN:
+        return np.log2(agg_row[1] / n_req) if n_req > 0.0 else -np.inf
+    if code == FEAT_Q_MEAN:
+        return np.log2(agg_row[2] / n_req) if n_req > 0.0 else -np.inf
+    # FEAT_TOK_PER_EXPERT: tokens reaching the EP group x top-k / num_experts
+    return lt + np.log2(prm[P_MOE_TOKENS] * op_row[C_X2])
+
+
+@njit(cache=True)
+def _axis(prm, h, x):
+    """Lower node index and weight of log2-feature ``x`` on the axis whose header is at ``h``.
+
+    Clamped: below the first node -> (0, 0.0); beyond the last -> (n-2, 1.0); a one-point
+    axis -> (0, 0.0). NaN clamps low.
+    """
+    npts = prm[h + 3]
+    u = (x - prm[h + 1]) / prm[h + 2]
+    if u > 0.0 and npts > 1.0:
+        if u < npts - 1.0:
             i = int(u)
-            idx[d] = i
-            wts[d] = u - i
+            return i, u - i
+        return int(npts) - 2, 1.0
+    return 0, 0.0
+
+
+@njit(cache=True)
+def correction(prm, off, lt, agg_row, op_row):
+    """Correction factor of the grid table packed at ``prm[off]`` for one op row (see above).
+
+    Multilinear interpolation over 1-3 log2 axes; corners of zero weight are not read, so
+    one-point axes and clamped edges never index past the table. Allocates nothing.
+    """
+    ndim = int(prm[off])
+    h0 = off + 1
+    base = h0 + CORR_HEADER * ndim
+    i0, w0 = _axis(prm, h0, log_feature(int(prm[h0]), lt, agg_row, op_row, prm))
+    if ndim == 1:
+        v = prm[base + i0]
+        if w0 > 0.0:
+            v += w0 * (prm[base + i0 + 1] - v)
+        return v
+    h1 = h0 + CORR_HEADER
+    i1, w1 = _axis(prm, h1, log_feature(int(prm[h1]), lt, agg_row, op_row, prm))
+    n1 = int(prm[h1 + 3])
+    i2, w2, n2 = 0, 0.0, 1
+    if ndim == 3:
+        h2 = h1 + CORR_HEADER
+        i2, w2 = _axis(prm, h2, log_feature(int(prm[h2]), lt, agg_row, op_row, prm))
+        n2 = int(prm[h2 + 3])
+    s0 = n1 * n2
+    first = base + i0 * s0 + i1 * n2 + i2
     value = 0.0
     for corner in range(1 << ndim):
-        w = 1.0
-        pos = base
-        for d in range(ndim):
-            bit = (corner >> d) & 1
-            npts = int(prm[off + 1 + 4 * d + 3])
-            j = idx[d] + bit if npts > 1 else 0
-            w *= wts[d] if bit else 1.0 - wts[d]
-            pos += j * strides[d]
+        b0 = corner & 1
+        b1 = (corner >> 1) & 1
+        b2 = (corner >> 2) & 1
+        w = (w0 if b0 else 1.0 - w0) * (w1 if b1 else 1.0 - w1)
+        if ndim == 3:
+            w *= w2 if b2 else 1.0 - w2
         if w != 0.0:
-            value += w * prm[pos]
-    return np.exp(value)
+            value += w * prm[first + b0 * s0 + b1 * n2 + b2]
+    return value
 
 
 @njit(cache=True)
 def fill_rates(ops, prm):
-    """Write each row's 1/(e_c S_c) and 1/(e_m S_m) for both phases into ``C_RATE..``.
+    """Write each row's 1/(e_c S_c), 1/(e_m S_m) for both phases into ``C_RATE..`` and its
+    fixed seconds (``C_COUNT`` x the family's per-kernel time) into ``C_FIXED``.
 
     Call once whenever ``ops`` or ``prm`` change (the oracle does, on construction).
     """
@@ -269,38 +318,24 @@ def fill_rates(ops, prm):
         for ph in range(2):
             ops[r, C_RATE + 2 * ph] = 1.0 / (prm[eff_index(ph, fam, 0)] * prm[P_SC + fam])
             ops[r, C_RATE + 2 * ph + 1] = 1.0 / (prm[eff_index(ph, fam, 1)] * prm[P_SM])
+        ops[r, C_FIXED] = ops[r, C_COUNT] * prm[P_FIXED + fam]
 
 
 @njit(cache=True)
-def _features(basis, T, R, agg_row, op_row, prm, feats):
-    """Corrector features of one op row for this step (linear scale, see FEAT_*)."""
-    n_req = agg_row[4]
-    feats[FEAT_TOKENS] = R if basis == B_ROWS else T
-    feats[FEAT_N] = op_row[C_X1]
-    feats[FEAT_K] = op_row[C_X2]
-    feats[FEAT_BATCH] = n_req if n_req > 0.0 else R
-    feats[FEAT_KV_MEAN] = agg_row[1] / n_req if n_req > 0.0 else 0.0
-    feats[FEAT_Q_MEAN] = agg_row[2] / n_req if n_req > 0.0 else 0.0
-    if basis == B_MOE and op_row[C_X1] > 0.0:
-        feats[FEAT_TOK_PER_EXPERT] = T * prm[P_MOE_TOKENS] * op_row[C_X2]
-    else:
-        feats[FEAT_TOK_PER_EXPERT] = 0.0
-    return feats
-
-
-@njit(cache=True)
-def module_times(T, R, phase, agg, ops, prm, comp, comm, feats):
+def module_times(T, R, phase, agg, ops, prm, comp, comm):
     """GPU compute and communication seconds per module for one step (one layer pass).
 
     ``agg`` holds, per op row, the attention aggregates of that row's request class
     (see :func:`attention_aggregates`); other rows ignore it. Results accumulate into
-    ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction. ``feats``
-    is scratch (N_FEATURES) for corrector features.
+    ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction. A row
+    with a corrector for the phase (``C_CORR + phase`` > 0) has its time multiplied by
+    :func:`correction`.
     """
     for j in range(comp.shape[0]):
         comp[j] = 0.0
         comm[j] = 0.0
-    fixed = prm[P_KERNEL_FIXED]
+    lT = np.log2(T) if T > 0.0 else -np.inf
+    lR = np.log2(R) if R > 0.0 else -np.inf
     for r in range(ops.shape[0]):
         basis = int(ops[r, C_BASIS])
         mod = int(ops[r, C_MODULE])
@@ -313,17 +348,19 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm, feats):
             ph = PHASE_DECODE
         elif basis == B_ATTN_PREFILL:
             ph = PHASE_PREFILL
+        corr_off = int(ops[r, C_CORR + ph])
         if basis == B_ALLREDUCE or basis == B_ALLTOALL:
             e_m = prm[eff_index(ph, int(ops[r, C_FAMILY]), 1)]
-        if basis == B_ALLREDUCE:
-            t = ring_allreduce_time(b * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
+            if basis == B_ALLREDUCE:
+                t = ring_allreduce_time(b * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
+            else:
+                t = alltoall_time(b * T * prm[P_MOE_TOKENS], prm[P_EP], prm[P_COMM_BW],
+                                  prm[P_COMM_LAT], e_m)
+            if corr_off > 0 and t > 0.0:
+                t *= correction(prm, corr_off, lT, agg[r], ops[r])
             comm[mod] += frac * t
             continue
-        if basis == B_ALLTOALL:
-            t = alltoall_time(b * T * prm[P_MOE_TOKENS], prm[P_EP], prm[P_COMM_BW],
-                              prm[P_COMM_LAT], e_m)
-            comm[mod] += frac * t
-            continue
+        lt = lT
         if basis == B_TOKENS:
             if T <= 0.0:
                 continue
@@ -334,6 +371,7 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm, feats):
                 continue
             w = a * R
             q = b * R + c
+            lt = lR
         elif basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE:
             if agg[r, 2] <= 0.0:
                 continue
@@ -355,11 +393,10 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm, feats):
             q = b * assign + c * _expected_active(local_experts, frac_hit, tokens)
         t_c = w * ops[r, C_RATE + 2 * ph]
         t_m = q * ops[r, C_RATE + 2 * ph + 1]
-        t = t_c if t_c > t_m else t_m  # roofline_time with precomputed rates
-        corr_off = int(ops[r, C_CORR])
+        t = (t_c if t_c > t_m else t_m) + ops[r, C_FIXED]  # roofline_time, precomputed rates
         if corr_off > 0:
-            t *= correction(prm, corr_off, _features(basis, T, R, agg[r], ops[r], prm, feats))
-        comp[mod] += frac * (t + ops[r, C_COUNT] * fixed)
+            t *= correction(prm, corr_off, lt, agg[r], ops[r])
+        comp[mod] += frac * t
 
 
 @njit(cache=True)
@@ -476,7 +513,7 @@ def step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, com
             attention_aggregates(new_tokens, context_len, n, False, ops[r, C_WINDOW], tile,
                                  agg[r])
     phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
-    module_times(T, R, phase, agg, ops, prm, comp, comm, np.empty(N_FEATURES))
+    module_times(T, R, phase, agg, ops, prm, comp, comm)
     return T, R, graph
 
 
@@ -509,7 +546,6 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
     agg = np.zeros((n_ops, N_AGG))
     comp = np.zeros(n_mod)
     comm = np.zeros(n_mod)
-    feats = np.empty(N_FEATURES)
     tile = prm[P_TILE]
     use_graph = prm[P_GRAPH] > 0.0
     for k in range(batch.shape[0]):
@@ -547,5 +583,5 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
                 agg[r, 3] = B * q * (c + q)
                 agg[r, 4] = B
         phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
-        module_times(T, R, phase, agg, ops, prm, comp, comm, feats)
+        module_times(T, R, phase, agg, ops, prm, comp, comm)
         out[k] = _finish(comp, comm, mods, prm, graph, T)
