@@ -1,0 +1,410 @@
+"""One deployment, one workload, any arrival rate, at any level of the fidelity ladder.
+
+:func:`evaluate` is the single switch between the levels (DESIGN.md, "Fidelity ladder")::
+
+    evaluate(deployment, workload, rate, seed, fidelity) -> RequestMetrics
+
+* ``analytic`` -- :mod:`serveplan.queueing.analytic` (no per-request samples; use
+  :meth:`PreparedDeployment.analytic` for its percentile estimates);
+* ``request`` -- BestServe's per-request simulators (:mod:`serveplan.sim.request_level`);
+* ``iteration`` -- the event simulator (:func:`serveplan.sim.engine.run_engine`), every engine
+  step scheduled and costed. Colocated deployments only until the engine gains PD.
+
+``auto`` picks ``iteration`` where the engine supports the deployment and ``request``
+otherwise; :attr:`RequestMetrics.fidelity` says which level produced a result.
+
+Common random numbers: for each seed the workload is drawn once at rate 1 (the unit
+pattern of :mod:`serveplan.sim.workload`) and every rate divides those arrival times by the
+rate, so all rates see the same requests in the same order, only compressed in time.
+:class:`PreparedDeployment` holds the resolved costs and the unit-rate requests, so a
+goodput bisection pays for them once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from serveplan.config import (
+    ClosedLoopWorkload,
+    ConstantWorkload,
+    Deployment,
+    GammaWorkload,
+    InstanceConfig,
+    PoissonWorkload,
+    TraceWorkload,
+)
+from serveplan.deployments import AnyDeployment, PDDeployment, gpus, parse_deployment
+from serveplan.errors import UserError
+from serveplan.estimator.memory import kv_bytes_per_token_layer
+from serveplan.queueing import analytic as A
+from serveplan.sim import request_level as RL
+from serveplan.sim import workload as W
+
+__all__ = ["FIDELITIES", "PreparedDeployment", "RequestMetrics", "evaluate",
+           "resolve_fidelity", "unit_workload"]
+
+FIDELITIES = ("analytic", "request", "iteration")
+
+
+@dataclass(frozen=True, eq=False)
+class RequestMetrics:
+    """Per-request latencies of one run (seconds; arrival order).
+
+    ``ttft_s`` is ``inf`` for requests the engine rejected (prompt longer than
+    ``max_model_len``); ``tpot_s`` is NaN for one-token outputs (it meets any TPOT goal).
+    """
+
+    rate: float
+    seed: int
+    fidelity: str
+    arrival_s: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    output_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def to_dataset(self):
+        """The run as an ``xarray.Dataset`` on a ``request`` dim."""
+        import xarray as xr
+
+        dim = ("request",)
+        return xr.Dataset(
+            {"arrival_s": (dim, self.arrival_s, {"units": "s"}),
+             "ttft_s": (dim, self.ttft_s, {"units": "s", "long_name": "time to first token"}),
+             "tpot_s": (dim, self.tpot_s, {"units": "s", "long_name": "time per output token"}),
+             "e2e_s": (dim, self.e2e_s, {"units": "s", "long_name": "end-to-end latency"}),
+             "output_len": (dim, self.output_len)},
+            coords={"request": np.arange(len(self))},
+            attrs={"rate": self.rate, "seed": self.seed, "fidelity": self.fidelity})
+
+
+def _metrics(rate, seed, fidelity, arrival, prompt_done, finish, output) -> RequestMetrics:
+    out = np.asarray(output, dtype=np.float64)
+    ttft = prompt_done - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (finish - prompt_done) / (out - 1), np.nan)
+    return RequestMetrics(float(rate), int(seed), fidelity, arrival, ttft, tpot,
+                          finish - arrival, np.asarray(output, dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------- workloads
+def unit_workload(workload):
+    """``workload`` at rate 1 req/s (its unit pattern); errors for closed loops."""
+    if isinstance(workload, ClosedLoopWorkload):
+        raise UserError("goodput needs an open-loop workload (poisson, gamma, constant or a "
+                        "trace); a closed loop has no arrival rate to search over")
+    if isinstance(workload, TraceWorkload):
+        return workload.model_copy(update={"rate": 1.0, "time_scale": 1.0})
+    return workload.model_copy(update={"rate": 1.0})
+
+
+def _arrival_scv(workload, unit: W.Requests) -> float:
+    """Squared CV of inter-arrival times: exact for the synthetic kinds, from the data else."""
+    if isinstance(workload, PoissonWorkload):
+        return 1.0
+    if isinstance(workload, ConstantWorkload):
+        return 0.0
+    if isinstance(workload, GammaWorkload):
+        return float(workload.cv) ** 2
+    gaps = np.diff(unit.arrival_s)
+    if gaps.size < 2 or gaps.mean() <= 0:
+        return 1.0
+    return float(gaps.var() / gaps.mean() ** 2)
+
+
+# ----------------------------------------------------------------------------- instances
+@dataclass(frozen=True, eq=False)
+class InstanceModel:
+    """One resolved instance type: cost oracle, engine parameters, KV capacity."""
+
+    config: InstanceConfig
+    resolved: object  # serveplan.simulation.ResolvedDeployment
+
+    @property
+    def oracle(self):
+        return self.resolved.oracle
+
+    @property
+    def params(self):
+        return self.resolved.params
+
+    @property
+    def kv_tokens(self) -> float:
+        return float(self.params.num_gpu_blocks * self.params.block_size)
+
+    @property
+    def gpus(self) -> int:
+        return self.config.tp * self.config.pp * self.config.dp
+
+
+def _instance(config: InstanceConfig, num_instances: int = 1) -> InstanceModel:
+    from serveplan.simulation import resolve_deployment
+
+    fields = {k: getattr(config, k) for k in InstanceConfig.model_fields}
+    dep = Deployment(**fields, num_instances=num_instances)
+    return InstanceModel(config, resolve_deployment(dep))
+
+
+def resolve_fidelity(fidelity: str, deployment: AnyDeployment) -> str:
+    """The level that will run: ``auto`` becomes ``iteration`` where supported, else
+    ``request``; ``iteration`` on a PD deployment is an error naming the alternative."""
+    if fidelity not in (*FIDELITIES, "auto"):
+        raise UserError(f"fidelity given an invalid value: {fidelity!r} "
+                        f"(valid: auto, {', '.join(FIDELITIES)})")
+    pd = isinstance(deployment, PDDeployment)
+    if fidelity == "auto":
+        return "request" if pd else "iteration"
+    if fidelity == "iteration" and pd:
+        raise UserError("the iteration-level simulator has no prefill/decode disaggregation "
+                        "yet; use fidelity 'request' (or 'auto') for PD deployments")
+    return fidelity
+
+
+class PreparedDeployment:
+    """A deployment and a workload, resolved once, evaluated at many rates and seeds.
+
+    Parameters
+    ----------
+    deployment : Deployment, PDDeployment or mapping
+        What to evaluate.
+    workload : workload model
+        Its ``rate`` is ignored (rates are chosen per evaluation); ``num_requests`` is the
+        run length unless ``num_requests`` is given here.
+    seeds : sequence of int
+        Seeds whose requests the request-level cost tables must cover (tables depend on
+        these and nothing else, so results do not depend on evaluation order).
+    num_requests : int, optional
+        Override of the workload's number of requests.
+    tau : float
+        BestServe's pseudo-batch balancing scalar for the request level (eq. 9; 2.5).
+
+    Raises
+    ------
+    serveplan.estimator.specs.SpecError
+        If an instance does not fit in GPU memory (the memory planner's reason).
+    UserError
+        For a closed-loop workload.
+    """
+
+    def __init__(self, deployment, workload, *, seeds=(0,), num_requests: int | None = None,
+                 tau: float = 2.5):
+        self.deployment: AnyDeployment = parse_deployment(deployment)
+        self.workload = unit_workload(workload)
+        if num_requests is not None:
+            self.workload = self.workload.model_copy(update={"num_requests": int(num_requests)})
+        self.seeds = tuple(int(s) for s in seeds) or (0,)
+        self.tau = float(tau)
+        d = self.deployment
+        if isinstance(d, PDDeployment):
+            self.prefill = _instance(d.prefill)
+            self.decode = _instance(d.decode)
+        else:
+            self.prefill = self.decode = _instance(d, d.num_instances)
+        self._unit: dict[int, W.Requests] = {}
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def is_pd(self) -> bool:
+        return isinstance(self.deployment, PDDeployment)
+
+    @property
+    def gpus(self) -> int:
+        return gpus(self.deployment)
+
+    def unit_requests(self, seed: int) -> W.Requests:
+        """The seed's requests at 1 req/s (drawn once, then cached)."""
+        seed = int(seed)
+        if seed not in self._unit:
+            from serveplan.simulation import build_requests
+
+            self._unit[seed] = build_requests(self.workload, seed,
+                                              block_size=self.prefill.params.block_size)
+        return self._unit[seed]
+
+    @cached_property
+    def arrival_scv(self) -> float:
+        return _arrival_scv(self.workload, self.unit_requests(self.seeds[0]))
+
+    @cached_property
+    def lengths(self) -> tuple[object, object]:
+        """Prompt and output length distributions (exact moments for synthetic workloads)."""
+        from serveplan.simulation import length_dist
+
+        w = self.workload
+        if not isinstance(w, TraceWorkload):
+            return length_dist(w.isl), length_dist(w.osl)
+        req = self.unit_requests(self.seeds[0])
+        return W.Empirical(req.prompt_len), W.Empirical(req.output_len)
+
+    # ------------------------------------------------------------------ analytic level
+    def _costs(self, inst: InstanceModel) -> A.InstanceCosts:
+        isl, osl = self.lengths
+        p = inst.params
+        return A.instance_costs(inst.oracle, isl, osl, max_num_seqs=p.max_num_seqs,
+                                kv_tokens=inst.kv_tokens,
+                                max_num_batched_tokens=p.max_num_batched_tokens)
+
+    @cached_property
+    def prefill_costs(self) -> A.InstanceCosts:
+        return self._costs(self.prefill)
+
+    @cached_property
+    def decode_costs(self) -> A.InstanceCosts:
+        return self.prefill_costs if not self.is_pd else self._costs(self.decode)
+
+    @cached_property
+    def kv_transfer_s(self) -> float:
+        """Mean KV-transfer time of one request (0 for colocated deployments)."""
+        if not self.is_pd:
+            return 0.0
+        return float(np.mean(self._kv_per_token_s * self.lengths[0].mean) + self._kv_latency)
+
+    @cached_property
+    def _kv_link(self) -> tuple[float, float]:
+        d: PDDeployment = self.deployment
+        gpu = self.prefill.oracle.gpu
+        in_node = self.prefill.gpus + self.decode.gpus <= gpu.gpus_per_node
+        bw = d.kv_link_bw or (gpu.scaleup_bw if in_node else gpu.scaleout_bw)
+        lat = d.kv_link_latency_s
+        if lat is None:
+            lat = gpu.scaleup_latency_s if in_node else gpu.scaleout_latency_s
+        return float(bw), float(lat)
+
+    @property
+    def _kv_latency(self) -> float:
+        return self._kv_link[1]
+
+    @cached_property
+    def _kv_per_token_s(self) -> float:
+        """Seconds per prompt token of KV transfer: one rank's shard over one link."""
+        d: PDDeployment = self.deployment
+        model = self.prefill.oracle.model
+        lanes = max(1, min(d.prefill.tp, d.decode.tp))
+        per_rank = kv_bytes_per_token_layer(model, lanes, d.decode.kv_dtype) * model.num_layers
+        return per_rank / self._kv_link[0]
+
+    def analytic(self, rates) -> A.AnalyticEstimate:
+        """Level-1 estimates at ``rates`` (vectorised; microseconds per rate)."""
+        d = self.deployment
+        if isinstance(d, PDDeployment):
+            return A.pd_estimate(rates, d.prefill.num_instances, d.decode.num_instances,
+                                 self.prefill_costs, self.decode_costs, self.kv_transfer_s,
+                                 self.arrival_scv)
+        return A.colocated_estimate(rates, d.num_instances, self.prefill_costs,
+                                    self.arrival_scv)
+
+    def capacity(self) -> float:
+        r"""Throughput upper bound (req/s) ignoring latency goals: prefill at its best
+        batching and decode at its peak tokens/s (BestServe's :math:`1/T_{\min}` refined
+        for batching and several instances)."""
+        d = self.deployment
+        p, c = self.prefill_costs, self.decode_costs
+        _, h = c.decode_peak
+        dec = c.decode_tokens / h
+        if isinstance(d, PDDeployment):
+            pre = d.prefill.num_instances / p.prefill_batched_s
+            return float(min(pre, d.decode.num_instances / dec if dec > 0 else np.inf))
+        return float(d.num_instances / (p.prefill_batched_s + dec))
+
+    def t_min(self) -> float:
+        r"""BestServe's :math:`T_{\min}`: one request alone, prefill plus its whole decode."""
+        p, c = self.prefill_costs, self.decode_costs
+        return float(p.prefill_s + c.decode_tokens * float(c.t_step(1.0))
+                     + self.kv_transfer_s)
+
+    # ------------------------------------------------------------------ request level
+    @cached_property
+    def _tables(self):
+        req = [self.unit_requests(s) for s in self.seeds]
+        prompt = np.concatenate([r.prompt_len for r in req])
+        output = np.concatenate([r.output_len for r in req])
+
+        def tables(inst: InstanceModel):
+            p = inst.params
+            return RL.cost_tables(inst.oracle, prompt, output,
+                                  max_prefill_batch=p.max_num_seqs,
+                                  max_decode_batch=int(np.floor(p.max_num_seqs / self.tau)) + 1)
+
+        pre = tables(self.prefill)
+        return pre, (pre if not self.is_pd else tables(self.decode))
+
+    def _request_level(self, req: W.Requests, rate: float, seed: int) -> RequestMetrics:
+        d = self.deployment
+        pre_tab, dec_tab = self._tables
+        a, p, o = req.arrival_s, req.prompt_len, req.output_len
+        if isinstance(d, PDDeployment):
+            pp, dp = self.prefill.params, self.decode.params
+            kv = p * self._kv_per_token_s + self._kv_latency
+            first, finish = RL.pd_times(
+                a, p, o, pre_tab, dec_tab, num_prefill=d.prefill.num_instances,
+                num_decode=d.decode.num_instances, prefill_max_num_seqs=pp.max_num_seqs,
+                prefill_max_num_batched_tokens=pp.max_num_batched_tokens,
+                decode_max_num_seqs=dp.max_num_seqs, decode_kv_tokens=self.decode.kv_tokens,
+                kv_transfer_s=kv, tau=self.tau)
+        else:
+            pp = self.prefill.params
+            first, finish = RL.colocated_times(
+                a, p, o, pre_tab, num_instances=d.num_instances, max_num_seqs=pp.max_num_seqs,
+                max_num_batched_tokens=pp.max_num_batched_tokens,
+                kv_tokens=self.prefill.kv_tokens, tau=self.tau)
+        return _metrics(rate, seed, "request", a, first, finish, o)
+
+    # ------------------------------------------------------------------ iteration level
+    def _iteration_level(self, req: W.Requests, rate: float, seed: int) -> RequestMetrics:
+        from serveplan.sim.engine import run_engine
+        from serveplan.sim.state import FINISHED_IGNORED
+        from serveplan.simulation import ROUTERS
+
+        d: Deployment = self.deployment
+        res = run_engine(req, self.prefill.oracle, self.prefill.params,
+                         num_instances=d.num_instances, router=ROUTERS[d.router])
+        r = res.reqs
+        first = np.where(r.status == FINISHED_IGNORED, np.inf, r.t_first)
+        return _metrics(rate, seed, "iteration", r.arrival, first, r.t_finish, r.n_out)
+
+    # ------------------------------------------------------------------ entry point
+    def requests_at(self, rate: float, seed: int) -> W.Requests:
+        """The seed's requests with arrivals at ``rate`` (unit pattern / rate)."""
+        if not (np.isfinite(rate) and rate > 0):
+            raise ValueError(f"rate must be a finite number > 0, got {rate!r}")
+        unit = self.unit_requests(seed)
+        return unit.with_arrivals(W.scale_pattern(unit.arrival_s, rate))
+
+    def evaluate(self, rate: float, seed: int, fidelity: str = "auto") -> RequestMetrics:
+        """Per-request metrics at ``rate`` for ``seed`` (simulation levels only)."""
+        level = resolve_fidelity(fidelity, self.deployment)
+        if level == "analytic":
+            raise UserError("the analytic level has no per-request samples; use "
+                            "PreparedDeployment.analytic(rates) for its estimates")
+        req = self.requests_at(rate, seed)
+        if level == "request":
+            return self._request_level(req, rate, seed)
+        return self._iteration_level(req, rate, seed)
+
+    def describe(self) -> dict:
+        """Resolved facts for result attrs."""
+        d = self.deployment
+        out = {"deployment": json.loads(d.model_dump_json()),
+               "workload": json.loads(self.workload.model_dump_json()),
+               "gpus": self.gpus, "tau": self.tau,
+               "kv_transfer_s": self.kv_transfer_s,
+               "prefill_kv_tokens": self.prefill.kv_tokens,
+               "decode_kv_tokens": self.decode.kv_tokens}
+        return out
+
+
+def evaluate(deployment, workload, rate: float, seed: int = 0,
+             fidelity: str = "auto") -> RequestMetrics:
+    """Per-request TTFT/TPOT/E2E of ``deployment`` under ``workload`` at ``rate`` req/s.
+
+    The one place where the fidelity ladder is switched (module docstring). For many rates
+    or seeds build a :class:`PreparedDeployment` once and call its ``evaluate``.
+    """
+    return PreparedDeployment(deployment, workload, seeds=(seed,)).evaluate(rate, seed, fidelity)
