@@ -15,7 +15,10 @@ app = typer.Typer(
 
 def _register() -> None:
     # each command module adds itself to ``app``; one line per command module
+    # isort: off
     from serveplan.commands import estimate, simulate  # noqa: F401
+    from serveplan.commands import goodput  # noqa: F401
+    # isort: on
 
 
 _register()

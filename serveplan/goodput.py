@@ -48,17 +48,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from scipy import stats
 
-from serveplan.config import SLO
+from serveplan.config import SLO, Deployment, Workload
+from serveplan.deployments import PDDeployment, parse_deployment, strategy_name
 from serveplan.fidelity import PreparedDeployment, resolve_fidelity
 from serveplan.queueing.analytic import max_rate
 
-__all__ = ["GoodputResult", "Interval", "RateCheck", "analytic_goodput", "attainment_interval",
-           "check_rate", "constraints", "find_goodput", "quantile_interval"]
+__all__ = ["GoodputConfig", "GoodputOptions", "GoodputResult", "Interval", "RateCheck", "analytic_goodput", "attainment_interval",
+           "check_rate", "constraints", "find_goodput", "quantile_interval", "run_goodput"]
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -75,11 +78,15 @@ class Interval:
 
 
 def _batch_means(runs: Sequence[np.ndarray], batches: int) -> np.ndarray:
-    means = []
+    """Means of ``batches`` contiguous, near-equal batches of each run, all runs together."""
+    out = []
     for run in runs:
         k = min(batches, run.size)
-        means.extend(float(b.mean()) for b in np.array_split(run, k) if b.size)
-    return np.asarray(means)
+        if k == 0:
+            continue
+        edges = np.linspace(0, run.size, k + 1).astype(np.int64)
+        out.append(np.add.reduceat(run, edges[:-1]) / np.diff(edges))
+    return np.concatenate(out) if out else np.empty(0)
 
 
 def _half_width(runs: Sequence[np.ndarray], confidence: float, batches: int) -> tuple:
@@ -133,11 +140,30 @@ def attainment_interval(runs: Sequence[np.ndarray], confidence: float = 0.95,
     return Interval(p, float(max(0.0, p - h)), float(min(1.0, p + h)))
 
 
+def _first_value(values: np.ndarray, holds) -> float:
+    """Smallest of the sorted ``values`` where ``holds(x)`` (assumed monotone) is true."""
+    lo, hi = 0, values.size - 1
+    if not holds(values[hi]):
+        return float("inf")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo])
+
+
 def quantile_interval(runs: Sequence[np.ndarray], q: float, confidence: float = 0.95,
                       batches: int = 10) -> Interval:
-    """The ``q``-quantile of pooled values with the batch-means order-statistic interval.
+    r"""The ``q``-quantile of pooled values and the interval that inverts the attainment CI.
 
-    NaN values are dropped (one-token outputs have no TPOT); ``inf`` values count as large.
+    ``high`` is the smallest value :math:`x` whose attainment lower bound
+    :math:`p^-(x) = \hat F(x) - h(x)` reaches ``q`` and ``low`` the smallest with
+    :math:`\hat F(x) + h(x) \ge q` (:func:`attainment_interval` at ``x``), so "the upper CI
+    of the quantile is within a goal" and "the goal's attainment is confidently at least
+    ``q``" are the same statement. NaN values are dropped (one-token outputs have no
+    TPOT); ``inf`` values count as large.
     """
     runs = [np.asarray(r, dtype=np.float64) for r in runs]
     runs = [r[~np.isnan(r)] for r in runs]
@@ -145,10 +171,15 @@ def quantile_interval(runs: Sequence[np.ndarray], q: float, confidence: float = 
     if pooled.size == 0:
         return Interval(float("nan"), float("nan"), float("nan"))
     x = float(np.quantile(pooled, q, method="inverted_cdf"))
-    _, h = _half_width([r <= x for r in runs], confidence, batches)
-    lo = float(np.quantile(pooled, max(q - h, 0.0), method="inverted_cdf"))
-    hi = float(np.quantile(pooled, min(q + h, 1.0), method="inverted_cdf"))
-    return Interval(x, lo, hi)
+    values = np.unique(pooled)
+
+    def bounds(v):
+        p, h = _half_width([r <= v for r in runs], confidence, batches)
+        return p - h, p + h
+
+    lo = _first_value(values, lambda v: bounds(v)[1] >= q)
+    hi = _first_value(values, lambda v: bounds(v)[0] >= q)
+    return Interval(x, min(lo, x), max(hi, x))
 
 
 # ----------------------------------------------------------------------------- SLO checks
@@ -487,3 +518,60 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
                          high=found["plausible"][0], next_rate=found["point"][1],
                          next_low=found["met"][1], next_high=found["plausible"][1],
                          checks=checks, censored=bool(censored), **common)
+
+
+# ----------------------------------------------------------------------------- config
+class GoodputOptions(BaseModel):
+    """How ``serveplan goodput`` searches (the ``goodput:`` section of its YAML)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fidelity: Literal["auto", "analytic", "request", "iteration"] = "auto"
+    seeds: int = Field(3, ge=1, description="Replications, seeds seed .. seed + seeds - 1.")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    rtol: float = Field(0.02, gt=0, lt=1)
+    warmup: float = Field(0.1, ge=0, lt=1)
+    num_requests: int | None = Field(None, ge=10)
+    tau: float = Field(2.5, gt=0, description="BestServe's pseudo-batch scalar (request level).")
+
+
+class GoodputConfig(BaseModel):
+    """Everything ``serveplan goodput`` needs: deployment, workload, SLO, seed, options.
+
+    The workload's ``rate`` is not used (it may be omitted for the synthetic kinds).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deployment: Deployment | PDDeployment
+    workload: Workload
+    slo: SLO
+    seed: int = Field(0, ge=0)
+    goodput: GoodputOptions = GoodputOptions()
+
+    @field_validator("deployment", mode="before")
+    @classmethod
+    def _arch(cls, v):
+        return parse_deployment(v) if isinstance(v, dict) else v
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _rate(cls, v):
+        if isinstance(v, dict) and v.get("kind") in ("poisson", "gamma", "constant"):
+            return {"rate": 1.0, **v}
+        return v
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(range(self.seed, self.seed + self.goodput.seeds))
+
+
+def run_goodput(cfg: GoodputConfig) -> GoodputResult:
+    """Prepare the deployment and find its goodput as ``cfg`` says."""
+    o = cfg.goodput
+    prep = PreparedDeployment(cfg.deployment, cfg.workload, seeds=cfg.seeds,
+                              num_requests=o.num_requests, tau=o.tau)
+    g = find_goodput(prep, cfg.slo, fidelity=o.fidelity, seeds=cfg.seeds,
+                     confidence=o.confidence, rtol=o.rtol, warmup=o.warmup)
+    return replace(g, attrs={"config": cfg.model_dump_json(), "strategy":
+                             strategy_name(prep.deployment), **prep.describe()})

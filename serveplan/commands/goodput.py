@@ -1,0 +1,106 @@
+"""``serveplan goodput``: the highest request rate a deployment serves within its SLO."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from serveplan.cli import app
+from serveplan.errors import report_errors
+
+
+def _ms(x: float) -> str:
+    return "—" if x != x else ("inf" if x == float("inf") else f"{x * 1e3:,.1f}")
+
+
+def goodput_summary(g) -> dict:
+    """The headline numbers of a :class:`~serveplan.goodput.GoodputResult` (JSON-ready)."""
+    at = g.check_at(g.rate)
+    out = {
+        "strategy": g.attrs.get("strategy", ""), "fidelity": g.fidelity, "gpus": g.gpus,
+        "goodput": g.rate, "goodput_low": g.low, "goodput_high": g.high,
+        "goodput_per_gpu": g.per_gpu, "analytic_goodput": g.analytic,
+        "capacity_bound": g.capacity, "t_min_s": g.t_min,
+        "bestserve_bracket": [0.1, 1.2 / g.t_min if g.t_min > 0 else None],
+        "evaluations": len(g.checks), "censored": g.censored,
+        "confidence": g.confidence,
+    }
+    if at is not None:
+        p = g.slo.percentile
+        for name, iv in (("ttft", at.ttft), ("tpot", at.tpot)):
+            out[f"p{p:g}_{name}_ms"] = [iv.estimate * 1e3, iv.low * 1e3, iv.high * 1e3]
+    return out
+
+
+def _print(g, console: Console) -> None:
+    t = Table(title=f"goodput of {g.attrs.get('strategy', '')} ({g.gpus} GPUs) at "
+              f"{g.fidelity} level", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("goodput (req/s)", f"{g.rate:,.3f}")
+    t.add_row(f"{g.confidence:.0%} interval", f"[{g.low:,.3f}, {g.high:,.3f}]"
+              + (" (upper end censored)" if g.censored else ""))
+    t.add_row("per GPU (req/s)", f"{g.per_gpu:,.3f}")
+    t.add_row("analytic goodput", f"{g.analytic:,.3f}")
+    t.add_row("capacity bound", f"{g.capacity:,.3f}")
+    t.add_row("BestServe bracket 1.2/T_min", f"{1.2 / g.t_min:,.3f}" if g.t_min else "—")
+    at = g.check_at(g.rate)
+    if at is not None:
+        p = g.slo.percentile
+        for name, iv in (("TTFT", at.ttft), ("TPOT", at.tpot)):
+            t.add_row(f"P{p:g} {name} at goodput (ms)",
+                      f"{_ms(iv.estimate)} [{_ms(iv.low)}, {_ms(iv.high)}]")
+    t.add_row("rates evaluated", str(len(g.checks)))
+    console.print(t)
+
+
+@app.command()
+@report_errors
+def goodput(
+    config: Path = typer.Argument(..., help="YAML: deployment, workload, slo, seed, goodput."),
+    fidelity: str | None = typer.Option(None, "--fidelity",
+                                        help="auto | analytic | request | iteration."),
+    seeds: int | None = typer.Option(None, "--seeds", min=1, help="Replications."),
+    requests: int | None = typer.Option(None, "--requests", "-n", help="Requests per run."),
+    confidence: float | None = typer.Option(None, "--confidence", help="e.g. 0.95."),
+    rtol: float | None = typer.Option(None, "--rtol", help="Relative bracket width."),
+    ttft: float | None = typer.Option(None, "--ttft", help="TTFT goal (s)."),
+    tpot: float | None = typer.Option(None, "--tpot", help="TPOT goal (s)."),
+    percentile: float | None = typer.Option(None, "--percentile", help="SLO percentile."),
+    attainment: float | None = typer.Option(
+        None, "--attainment", help="Fraction of requests meeting both goals (DistServe)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluations (.nc)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    set_: list[str] = typer.Option([], "--set", help="Any config field: --set seed=3."),
+) -> None:
+    """Find the goodput (max req/s meeting the SLO) with a confidence interval."""
+    from serveplan.commands.simulate import _parse_set
+    from serveplan.config import read_yaml, set_path
+    from serveplan.goodput import GoodputConfig, run_goodput
+    from serveplan.results_io import write_netcdf
+
+    data = read_yaml(config)
+    flags = {"goodput.fidelity": fidelity, "goodput.seeds": seeds,
+             "goodput.num_requests": requests, "goodput.confidence": confidence,
+             "goodput.rtol": rtol, "slo.percentile": percentile,
+             "slo.attainment": attainment,
+             "slo.ttft_ms": None if ttft is None else ttft * 1e3,
+             "slo.tpot_ms": None if tpot is None else tpot * 1e3}
+    for key, value in {**{k: v for k, v in flags.items() if v is not None},
+                       **_parse_set(set_)}.items():
+        data = set_path(data, key, value)
+    cfg = GoodputConfig.model_validate(data)
+    g = run_goodput(cfg)
+    if out is not None:
+        write_netcdf(g.to_dataset(), out)
+    if as_json:
+        typer.echo(json.dumps(goodput_summary(g), indent=2, default=float))
+        return
+    console = Console()
+    _print(g, console)
+    if out is not None:
+        console.print(f"wrote {out}")
