@@ -17,6 +17,10 @@ preemption and a decode (one token) are the same operation.
 * ``sglang``: prefill first with decode fallback. If any prefill work can be scheduled
   (an unfinished chunked prefill first, then waiting requests) the step is prefill-only;
   otherwise all running requests decode, preempting the last-admitted on block shortage.
+  A waiting request is admitted only when blocks for its whole prompt are free (SGLang's
+  ``PrefillAdder``; without it a chunked prefill could be preempted and re-admitted
+  forever while decodes starve). SGLang's reservation of future decode tokens
+  (``new_token_ratio``) is not modelled; use ``watermark`` for head-room.
 * ``prefill-priority`` (vLLM <= 0.5 default scheduler, BestServe §3.4.4): as ``sglang``
   but never chunked -- whole prompts are admitted first and decodes wait for them.
 
@@ -74,8 +78,9 @@ def schedule_running(pool, inst, reqs, knobs, glob, i, budget, mode):
     """Schedule running requests in order; returns ``(budget left, preempted any)``.
 
     ``mode``: ``MODE_ALL`` every request (vLLM v1), ``MODE_PREFILL`` only unfinished
-    prefills and never preempting (a chunked prefill continuing), ``MODE_DECODE`` only
-    decodes.
+    prefills (a chunked prefill continuing), ``MODE_DECODE`` only decodes. When blocks run
+    out the last-admitted running request is preempted, in every mode (chunked prefills
+    admitted together could otherwise wait for each other's blocks forever).
     """
     preempted = False
     idx = 0
@@ -89,8 +94,6 @@ def schedule_running(pool, inst, reqs, knobs, glob, i, budget, mode):
             idx += 1
             continue
         ok = allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new)
-        if not ok and mode == MODE_PREFILL:
-            break
         while not ok:
             victim = preempt_last(pool, inst, reqs, i)
             preempted = True
@@ -106,8 +109,12 @@ def schedule_running(pool, inst, reqs, knobs, glob, i, budget, mode):
 
 
 @sim_jit
-def schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked):
-    """Admit waiting requests in FCFS order; returns the budget left."""
+def schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked, whole_prompt):
+    """Admit waiting requests in FCFS order; returns the budget left.
+
+    ``whole_prompt``: admit a (chunk of a) prompt only if blocks for all of it are free, as
+    SGLang's ``PrefillAdder`` does; vLLM v1 checks the scheduled chunk only.
+    """
     bs = knobs[i, K_BLOCK]
     while inst.ist[i, I_WLEN] > 0 and budget > 0:
         if inst.ist[i, I_NRUN] >= knobs[i, K_MAX_SEQS]:
@@ -121,7 +128,9 @@ def schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked):
             break
         busy = inst.ist[i, I_BATCH] > 0 or num_used(pool, i) > 0
         watermark = knobs[i, K_WATERMARK] if busy else 0
-        if not allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark):
+        reserve = num_tokens(reqs, r) if whole_prompt else 0
+        if not allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark,
+                                reserve):
             break
         wq_pop(inst, i)
         inst.run[i, inst.ist[i, I_NRUN]] = r
@@ -143,7 +152,8 @@ def schedule_vllm_v1(pool, inst, reqs, knobs, glob, i, now):
     budget = knobs[i, K_MAX_TOKENS]
     budget, preempted = schedule_running(pool, inst, reqs, knobs, glob, i, budget, MODE_ALL)
     if not preempted:
-        schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, knobs[i, K_CHUNKED] != 0)
+        schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, knobs[i, K_CHUNKED] != 0,
+                         False)
 
 
 @sim_jit
@@ -152,7 +162,7 @@ def schedule_prefill_first(pool, inst, reqs, knobs, glob, i, now, chunked):
     budget = knobs[i, K_MAX_TOKENS]
     if chunked:
         budget, _ = schedule_running(pool, inst, reqs, knobs, glob, i, budget, MODE_PREFILL)
-    schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked)
+    schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked, True)
     if inst.ist[i, I_BATCH] > 0:
         return
     schedule_running(pool, inst, reqs, knobs, glob, i, knobs[i, K_MAX_TOKENS], MODE_DECODE)

@@ -267,20 +267,24 @@ def allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new):
 
 
 @sim_jit
-def allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark):
+def allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark,
+                     reserve_tokens):
     """Admit waiting request ``r``: reuse its ``n_hit`` cached blocks (``inst.hits``) and
     allocate the rest for ``num_new`` tokens, keeping ``watermark`` blocks free.
 
-    Returns False, changing nothing, if the free blocks do not suffice. Cached hits that are
-    currently free count against the free blocks (they leave the free list when touched).
+    Returns False, changing nothing, if the free blocks do not suffice -- for the first
+    ``max(n_hit * block_size + num_new, reserve_tokens)`` tokens (a policy may ask for its
+    whole prompt to fit before admitting a chunk of it). Cached hits that are currently
+    free count against the free blocks (they leave the free list when touched).
     """
     bs = knobs[i, K_BLOCK]
     total_blocks = cdiv(n_hit * bs + num_new, bs)
+    check_blocks = max(total_blocks, cdiv(reserve_tokens, bs))
     evictable = 0
     for k in range(n_hit):
         if pool.ref[i, inst.hits[k]] == 0:
             evictable += 1
-    if total_blocks - n_hit + evictable + watermark > num_free(pool, i):
+    if check_blocks - n_hit + evictable + watermark > num_free(pool, i):
         return False
     n_slot = inst.ist[i, I_NSLOT] - 1
     s = inst.free_slots[i, n_slot]

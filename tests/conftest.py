@@ -27,3 +27,18 @@ def oracle_8b():
     oracle.decode_time(8, 128)
     oracle.step_time([16, 1], [0, 10])
     return oracle
+
+
+@pytest.fixture(scope="session")
+def sim_compiled():
+    """Compile (or load from numba's cache) the simulator's event loop once per session."""
+    from serveplan.sim.engine import AffineStepCost, EngineParams, run_engine
+    from serveplan.sim.state import Policy
+    from serveplan.sim.workload import Fixed, PoissonArrivals, PrefixSharing, generate_requests
+
+    req = generate_requests(8, PoissonArrivals(50.0), Fixed(40), Fixed(3), seed=0,
+                            prefix=PrefixSharing(2, 16, 16))
+    for policy in Policy:
+        run_engine(req, AffineStepCost(0.01), EngineParams(num_gpu_blocks=64, policy=policy,
+                                                           max_model_len=256))
+    return True
