@@ -52,8 +52,11 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
 
     workload = dict(data.get("workload") or {})
     if trace is not None:
+        was_trace = workload.get("kind") == "trace"
         workload = switch_workload_kind(workload, "trace")
         workload["path"] = str(trace)
+        if not was_trace:  # a synthetic rate is not a replay rate: replay the timestamps
+            workload.pop("rate", None)
     if concurrency is not None:
         workload = switch_workload_kind(workload, "closed-loop")
         workload["concurrency"] = concurrency
@@ -74,6 +77,8 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
 
 
 def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return "—" if v != v else f"{v:,.2f}"
     return f"{v:,}" if isinstance(v, int) else str(v)
