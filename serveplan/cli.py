@@ -18,6 +18,7 @@ def _register() -> None:
     # isort: off
     from serveplan.commands import estimate, simulate  # noqa: F401
     from serveplan.commands import goodput  # noqa: F401
+    from serveplan.commands import search  # noqa: F401
     # isort: on
 
 

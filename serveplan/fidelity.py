@@ -44,7 +44,7 @@ from serveplan.queueing import analytic as A
 from serveplan.sim import request_level as RL
 from serveplan.sim import workload as W
 
-__all__ = ["FIDELITIES", "PreparedDeployment", "RequestMetrics", "evaluate",
+__all__ = ["FIDELITIES", "PreparedDeployment", "RequestMetrics", "Workspace", "evaluate",
            "resolve_fidelity", "unit_workload"]
 
 FIDELITIES = ("analytic", "request", "iteration")
@@ -152,6 +152,54 @@ def _instance(config: InstanceConfig, num_instances: int = 1) -> InstanceModel:
     return InstanceModel(config, resolve_deployment(dep))
 
 
+class Workspace:
+    """Caches shared by the deployments of one search or sweep, passed in explicitly.
+
+    Resolved instances (oracle, engine defaults, memory plan) are keyed by their
+    :class:`~serveplan.config.InstanceConfig`; unit-rate requests by workload and seed;
+    analytic costs and request-level tables by instance and workload. Nothing here depends
+    on the order of use, so a result is the same with a fresh or a warm workspace.
+    """
+
+    def __init__(self):
+        self._instances: dict[str, InstanceModel | Exception] = {}
+        self._requests: dict[tuple, W.Requests] = {}
+        self._costs: dict[tuple, A.InstanceCosts] = {}
+        self._tables: dict[tuple, RL.CostTables] = {}
+
+    @staticmethod
+    def _key(config: InstanceConfig) -> str:
+        fields = {k: getattr(config, k) for k in InstanceConfig.model_fields}
+        return json.dumps(fields, sort_keys=True, default=str)
+
+    def instance(self, config: InstanceConfig) -> InstanceModel:
+        """The resolved instance; a memory-planner error is cached and raised again."""
+        key = self._key(config)
+        if key not in self._instances:
+            try:
+                self._instances[key] = _instance(config)
+            except Exception as exc:  # cache failures too (OOM is common in a search)
+                self._instances[key] = exc
+        got = self._instances[key]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def unit_requests(self, workload, seed: int, block_size: int) -> W.Requests:
+        key = (workload.model_dump_json(), int(seed), int(block_size))
+        if key not in self._requests:
+            from serveplan.simulation import build_requests
+
+            self._requests[key] = build_requests(workload, int(seed), block_size=block_size)
+        return self._requests[key]
+
+    def cached(self, store: str, key: tuple, make):
+        table = self._costs if store == "costs" else self._tables
+        if key not in table:
+            table[key] = make()
+        return table[key]
+
+
 def resolve_fidelity(fidelity: str, deployment: AnyDeployment) -> str:
     """The level that will run: ``auto`` becomes ``iteration`` where supported, else
     ``request``; ``iteration`` on a PD deployment is an error naming the alternative."""
@@ -184,6 +232,8 @@ class PreparedDeployment:
         Override of the workload's number of requests.
     tau : float
         BestServe's pseudo-batch balancing scalar for the request level (eq. 9; 2.5).
+    workspace : Workspace, optional
+        Caches shared with other deployments (a search); a private one by default.
 
     Raises
     ------
@@ -194,8 +244,9 @@ class PreparedDeployment:
     """
 
     def __init__(self, deployment, workload, *, seeds=(0,), num_requests: int | None = None,
-                 tau: float = 2.5):
+                 tau: float = 2.5, workspace: Workspace | None = None):
         self.deployment: AnyDeployment = parse_deployment(deployment)
+        self.ws = workspace if workspace is not None else Workspace()
         self.workload = unit_workload(workload)
         if num_requests is not None:
             self.workload = self.workload.model_copy(update={"num_requests": int(num_requests)})
@@ -203,11 +254,10 @@ class PreparedDeployment:
         self.tau = float(tau)
         d = self.deployment
         if isinstance(d, PDDeployment):
-            self.prefill = _instance(d.prefill)
-            self.decode = _instance(d.decode)
+            self.prefill = self.ws.instance(d.prefill)
+            self.decode = self.ws.instance(d.decode)
         else:
-            self.prefill = self.decode = _instance(d, d.num_instances)
-        self._unit: dict[int, W.Requests] = {}
+            self.prefill = self.decode = self.ws.instance(d)
 
     # ------------------------------------------------------------------ basics
     @property
@@ -220,13 +270,7 @@ class PreparedDeployment:
 
     def unit_requests(self, seed: int) -> W.Requests:
         """The seed's requests at 1 req/s (drawn once, then cached)."""
-        seed = int(seed)
-        if seed not in self._unit:
-            from serveplan.simulation import build_requests
-
-            self._unit[seed] = build_requests(self.workload, seed,
-                                              block_size=self.prefill.params.block_size)
-        return self._unit[seed]
+        return self.ws.unit_requests(self.workload, seed, self.prefill.params.block_size)
 
     @cached_property
     def arrival_scv(self) -> float:
@@ -247,9 +291,14 @@ class PreparedDeployment:
     def _costs(self, inst: InstanceModel) -> A.InstanceCosts:
         isl, osl = self.lengths
         p = inst.params
-        return A.instance_costs(inst.oracle, isl, osl, max_num_seqs=p.max_num_seqs,
-                                kv_tokens=inst.kv_tokens,
-                                max_num_batched_tokens=p.max_num_batched_tokens)
+
+        def make():
+            return A.instance_costs(inst.oracle, isl, osl, max_num_seqs=p.max_num_seqs,
+                                    kv_tokens=inst.kv_tokens,
+                                    max_num_batched_tokens=p.max_num_batched_tokens)
+
+        return self.ws.cached("costs", (Workspace._key(inst.config),
+                                        self.workload.model_dump_json(), self.seeds[0]), make)
 
     @cached_property
     def prefill_costs(self) -> A.InstanceCosts:
@@ -328,9 +377,11 @@ class PreparedDeployment:
 
         def tables(inst: InstanceModel):
             p = inst.params
-            return RL.cost_tables(inst.oracle, prompt, output,
-                                  max_prefill_batch=p.max_num_seqs,
-                                  max_decode_batch=int(np.floor(p.max_num_seqs / self.tau)) + 1)
+            key = (Workspace._key(inst.config), self.workload.model_dump_json(), self.seeds,
+                   self.tau)
+            return self.ws.cached("tables", key, lambda: RL.cost_tables(
+                inst.oracle, prompt, output, max_prefill_batch=p.max_num_seqs,
+                max_decode_batch=int(np.floor(p.max_num_seqs / self.tau)) + 1))
 
         pre = tables(self.prefill)
         return pre, (pre if not self.is_pd else tables(self.decode))

@@ -38,8 +38,8 @@ rate and differences between rates are not seed noise.
 
 Goodput is reported as :math:`\hat\lambda \in [\lambda^-, \lambda^+]`. Each is found by
 safeguarded regula falsi in log-rate on the smallest margin :math:`\min_k (p_k - t_k)`,
-bracketed first by the analytic level's goodput (grown or shrunk by 1.5x until the bracket
-holds), ending when the bracket of each is narrower than ``rtol``; every evaluation updates
+bracketed first by the analytic level's goodput (stepped up or down by a factor that starts
+at ``grow`` = 1.1 and squares at each step until the bracket holds), ending when the bracket of each is narrower than ``rtol``; every evaluation updates
 all three brackets. The evaluated rate just above each (``next_*``) is kept: there the
 predicate fails.
 """
@@ -441,7 +441,7 @@ def _next_rate(lo: RateCheck, hi: RateCheck, which: str) -> float:
 def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
                  seeds: Sequence[int] = (0, 1, 2), confidence: float = 0.95,
                  rtol: float = 0.02, warmup: float = 0.1, batches: int = 10,
-                 grow: float = 1.5, max_evals: int = 60) -> GoodputResult:
+                 grow: float = 1.1, max_evals: int = 60) -> GoodputResult:
     """Goodput of a prepared deployment at ``fidelity`` (module docstring).
 
     Parameters
@@ -461,7 +461,7 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
     warmup : float
         Fraction of each run's first requests left out of the statistics.
     grow : float
-        Factor by which the initial bracket grows or shrinks.
+        First factor by which the bracket grows or shrinks (squared at each further step).
     max_evals : int
         Safety cap on the number of evaluated rates.
     """
@@ -491,15 +491,15 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
     floor = start * 1e-3
     ceiling = max(4.0 * cap, 4.0 * start)
     c = run(start)
-    r = start
+    r, f = start, grow
     while c.plausible and r < ceiling and len(book.checks) < max_evals:
-        r = min(r * grow, ceiling)
+        r, f = min(r * f, ceiling), f * f
         c = run(r)
     censored = c.plausible
-    r = start
+    r, f = start, grow
     c = book.checks[start]
     while not c.met and r > floor and len(book.checks) < max_evals:
-        r = max(r / grow, floor)
+        r, f = max(r / f, floor), f * f
         c = run(r)
     for pred in _Brackets.PREDICATES:
         which = _Brackets.MARGIN[pred]

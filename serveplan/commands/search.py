@@ -1,0 +1,101 @@
+"""``serveplan search``: rank every colocated and disaggregated strategy by goodput per GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from serveplan.cli import app
+from serveplan.errors import UserError, report_errors
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(f"--{name} expects comma-separated integers, got {text!r}") from None
+    if not values:
+        raise UserError(f"--{name} is empty")
+    return values
+
+
+def _summary(ds) -> list[dict]:
+    rows = []
+    for i in range(ds.sizes["strategy"]):
+        r = ds.isel(strategy=i)
+        if str(r["status"].values) != "decided":
+            continue
+        rows.append({"rank": int(r["rank"]), "strategy": str(r["name"].values),
+                     "architecture": str(r["architecture"].values), "gpus": int(r["gpus"]),
+                     "goodput": float(r["goodput"]), "goodput_low": float(r["goodput_low"]),
+                     "goodput_high": float(r["goodput_high"]),
+                     "goodput_per_gpu": float(r["goodput_per_gpu"]),
+                     "analytic_goodput": float(r["analytic_goodput"]),
+                     "fidelity": str(r["fidelity"].values)})
+    return rows
+
+
+@app.command()
+@report_errors
+def search(
+    model: str = typer.Option("llama-3.1-8b", "--model", help="Catalog name or config.json."),
+    gpu: str = typer.Option("h100", "--gpu", help="Catalog name or GPU YAML."),
+    gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget."),
+    isl: int = typer.Option(2048, "--isl", min=1, help="Input (prompt) length."),
+    osl: int = typer.Option(64, "--osl", min=1, help="Output length."),
+    ttft: float = typer.Option(1.5, "--ttft", help="TTFT goal (s)."),
+    tpot: float = typer.Option(0.07, "--tpot", help="TPOT goal (s)."),
+    percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
+    attainment: float | None = typer.Option(
+        None, "--attainment", help="Instead: fraction of requests meeting both goals."),
+    tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel sizes to try."),
+    arch: str = typer.Option("colocated,pd", "--arch", help="colocated and/or pd."),
+    same_tp: bool = typer.Option(False, "--same-tp", help="PD: one TP for both roles."),
+    fidelity: str = typer.Option("auto", "--fidelity",
+                                 help="auto | analytic | request | iteration."),
+    requests: int = typer.Option(2000, "--requests", "-n", help="Requests per run."),
+    seeds: int = typer.Option(2, "--seeds", min=1, help="Replications per rate."),
+    rtol: float = typer.Option(0.05, "--rtol", help="Relative goodput resolution."),
+    top: int = typer.Option(3, "--top", min=1, help="Decided before bound pruning."),
+    max_decide: int = typer.Option(12, "--max-decide", min=1,
+                                   help="Most strategies decided at fidelity."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", min=2),
+    limit: int = typer.Option(20, "--limit", help="Rows shown."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the results (.nc)."),
+    as_json: bool = typer.Option(False, "--json", help="Print decided strategies as JSON."),
+) -> None:
+    """Every colocated (xm) and disaggregated (ypzd) strategy x TP, ranked by goodput/GPU."""
+    from serveplan.config import SLO
+    from serveplan.results_io import write_netcdf
+    from serveplan.search import SearchSpec, run_search, search_table
+
+    archs = tuple(a.strip() for a in arch.split(",") if a.strip())
+    slo = SLO(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, percentile=percentile,
+              attainment=attainment)
+    spec = SearchSpec(model=model, gpu=gpu, gpus=gpus, isl=isl, osl=osl, slo=slo,
+                      tp=_ints(tp, "tp"), architectures=archs, same_tp=same_tp,
+                      fidelity=fidelity, num_requests=requests, seeds=seeds, rtol=rtol,
+                      top=top, max_decide=max_decide, max_num_seqs=max_num_seqs,
+                      max_model_len=max_model_len)
+    console = Console(stderr=as_json)
+    if not console.is_terminal:
+        console = Console(stderr=as_json, width=140)
+    with console.status("searching strategies ...") as status:
+        ds = run_search(spec, progress=lambda d, n, name: status.update(
+            f"decided {d} strategies (last: {name}) ..."))
+    if out is not None:
+        write_netcdf(ds, out)
+    if as_json:
+        typer.echo(json.dumps(_summary(ds), indent=2))
+        return
+    console.print(search_table(ds, limit))
+    counts = {s: int((ds["status"].values == s).sum()) for s in
+              ("decided", "dominated", "pruned", "budget", "oom")}
+    console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v)
+                  + f" · {ds.attrs['search_seconds']:.1f} s")
+    if out is not None:
+        console.print(f"wrote {out}")

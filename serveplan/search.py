@@ -1,0 +1,420 @@
+r"""Strategy search: every colocated and disaggregated deployment of a GPU budget, ranked.
+
+BestServe's Optimizer (§3.5) enumerates serving strategies -- ``xm`` (x colocated
+instances) and ``ypzd`` (y prefill + z decode instances) -- times tensor-parallel sizes,
+finds each one's goodput by bisection with its simulator, and ranks them by goodput per GPU
+("normalized goodput", §4.1). This module does the same, made fast:
+
+1. **Enumerate** every ``xm`` with :math:`x\,t \le G` and every ``ypzd`` with
+   :math:`y\,t_p + z\,t_d \le G` over the allowed tensor-parallel sizes (prefill and decode
+   may differ), pipeline size and expert parallelism given by the spec.
+2. **Prune by memory**: a TP size the model cannot be split over, or whose instance does not
+   fit (the memory planner), is recorded with its reason and never evaluated.
+3. **Analytic level** for every remaining strategy (microseconds to milliseconds each): its
+   goodput and an *upper bound* on it. The bound is the throughput of the instance counts
+   with prefill at its best batching and decode at the fastest batch whose step meets the
+   TPOT goal, zero if one prefill alone exceeds the TTFT goal, times a 10% slack for the
+   noise of a P90 (a heuristic bound, not a theorem: the P90 TPOT can sit below the step
+   time of the mean batch).
+4. **Dominance**: scaling a strategy's instance counts by an integer never lowers its goodput
+   per GPU -- round-robin over more colocated instances gives each a smoother (Erlang)
+   input, and a larger prefill pool pools its queue while each decode instance keeps its
+   load -- so only the largest multiple of each instance ratio that fits the budget is
+   decided; the others are ``dominated`` (named in ``reason``).
+5. **Branch and bound at the chosen fidelity**: strategies are visited in descending bound
+   per GPU (ties: analytic goodput); each is decided by the statistically bracketed
+   bisection of :mod:`serveplan.goodput`; once ``top`` strategies are decided, a strategy
+   whose bound per GPU is below the ``top``-th best decided goodput per GPU is ``pruned``.
+   At most ``max_decide`` strategies are decided; any others whose bound still exceeds the
+   incumbent are reported ``budget`` (not decided).
+
+The result is an ``xarray.Dataset`` on a ``strategy`` dim (rank order) with coords
+architecture, name, instance counts, TP sizes and GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from serveplan.config import SLO, Deployment, Length
+from serveplan.deployments import PDDeployment, Pool, gpus, strategy_name
+from serveplan.estimator.specs import SpecError
+from serveplan.fidelity import PreparedDeployment, Workspace, resolve_fidelity
+from serveplan.goodput import analytic_goodput, find_goodput
+
+__all__ = ["SearchSpec", "enumerate_strategies", "run_search", "search_table"]
+
+BOUND_SLACK = 1.1
+
+
+class SearchSpec(BaseModel):
+    """What ``serveplan search`` explores (all fields have CLI flags)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    gpu: str
+    gpus: int = Field(ge=1, description="GPU budget.")
+    isl: Length = 2048
+    osl: Length = 256
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    cv: float = Field(1.0, gt=0)
+    slo: SLO = SLO(ttft_ms=1500, tpot_ms=70)
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    architectures: tuple[Literal["colocated", "pd"], ...] = ("colocated", "pd")
+    same_tp: bool = Field(False, description="PD: prefill and decode use the same TP.")
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=2, description="Default: next power of 2 "
+                                      "above the longest request, at least 4096.")
+    scheduler: Literal["vllm-v1", "sglang", "prefill-priority"] = "vllm-v1"
+    dtype: Literal["bf16", "fp16", "fp8"] | None = None
+    fidelity: Literal["auto", "analytic", "request", "iteration"] = "auto"
+    num_requests: int = Field(2000, ge=10)
+    seeds: int = Field(2, ge=1)
+    seed: int = Field(0, ge=0)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    rtol: float = Field(0.05, gt=0, lt=1)
+    top: int = Field(3, ge=1, description="Strategies decided before bound pruning starts.")
+    max_decide: int = Field(12, ge=1, description="Most strategies decided at fidelity.")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.tp or any(t < 1 for t in self.tp):
+            raise ValueError(f"tp must list sizes >= 1, got {self.tp!r}")
+        return self
+
+    def workload(self) -> dict:
+        return {"kind": self.arrival, "rate": 1.0, "num_requests": self.num_requests,
+                "isl": self.isl, "osl": self.osl,
+                **({"cv": self.cv} if self.arrival == "gamma" else {})}
+
+    def resolved_max_model_len(self) -> int:
+        if self.max_model_len is not None:
+            return self.max_model_len
+        longest = _max_len(self.isl) + _max_len(self.osl)
+        return max(4096, 1 << math.ceil(math.log2(longest)))
+
+    def instance(self, tp: int) -> dict:
+        out = {"model": self.model, "gpu": self.gpu, "tp": tp, "pp": self.pp, "ep": self.ep,
+               "max_num_seqs": self.max_num_seqs,
+               "gpu_memory_utilization": self.gpu_memory_utilization,
+               "max_model_len": self.resolved_max_model_len(), "scheduler": self.scheduler}
+        if self.max_num_batched_tokens is not None:
+            out["max_num_batched_tokens"] = self.max_num_batched_tokens
+        if self.dtype is not None:
+            out["dtype"] = self.dtype
+        return out
+
+
+def _max_len(spec) -> int:
+    if isinstance(spec, int):
+        return spec
+    for name in ("value", "high", "max"):
+        v = getattr(spec, name, None)
+        if v:
+            return int(v)
+    mean = getattr(spec, "mean", None) or getattr(spec, "median", None) or 4096
+    return int(mean * 8)
+
+
+def enumerate_strategies(spec: SearchSpec) -> list:
+    """Every deployment of the budget: ``xm`` then ``ypzd`` (module docstring, step 1)."""
+    out = []
+    g = spec.gpus
+    per = {t: t * spec.pp for t in spec.tp}
+    if "colocated" in spec.architectures:
+        for t in spec.tp:
+            for x in range(1, g // per[t] + 1):
+                out.append(Deployment(**spec.instance(t), num_instances=x))
+    if "pd" in spec.architectures:
+        for tp_p in spec.tp:
+            for tp_d in spec.tp:
+                if spec.same_tp and tp_p != tp_d:
+                    continue
+                for y in range(1, g // per[tp_p] + 1):
+                    for z in range(1, (g - y * per[tp_p]) // per[tp_d] + 1):
+                        out.append(PDDeployment(
+                            prefill=Pool(**spec.instance(tp_p), num_instances=y),
+                            decode=Pool(**spec.instance(tp_d), num_instances=z)))
+    return out
+
+
+def _colocated_rate_bound(p_s: float, tokens: float, t_step, max_batch: float,
+                          tpot_goal: float | None) -> float:
+    r"""Per-instance rate bound of a colocated instance (module docstring, step 3).
+
+    With prefill busy a fraction :math:`\lambda S` of the time, decode runs at :math:`h(B)
+    (1-\lambda S)` tokens/s with TPOT :math:`t(B)/(1-\lambda S)`; so for each batch
+    :math:`B`, :math:`\lambda \le h/(L + hS)` (throughput) and
+    :math:`\lambda \le (1 - t(B)/g)/S` (TPOT goal :math:`g`). The bound is the best batch's.
+    """
+    b = np.arange(1.0, np.floor(max_batch) + 1.0)
+    t = np.asarray(t_step(b), dtype=np.float64)
+    h = b / t
+    lam = h / (tokens + h * p_s)
+    if tpot_goal is not None:
+        lam = np.minimum(lam, np.maximum(1.0 - t / tpot_goal, 0.0) / p_s)
+    return float(lam.max())
+
+
+def upper_bound(prep: PreparedDeployment, slo: SLO) -> float:
+    """Heuristic goodput upper bound (req/s), module docstring step 3."""
+    p, c = prep.prefill_costs, prep.decode_costs
+    if slo.ttft_ms is not None and p.prefill_s + prep.kv_transfer_s > slo.ttft_ms / 1e3:
+        return 0.0
+    goal = None if slo.tpot_ms is None else slo.tpot_ms / 1e3
+    d = prep.deployment
+    if isinstance(d, PDDeployment):
+        dec = np.inf
+        if c.decode_tokens > 0:
+            h = c.decode_peak[1] if goal is None else c.decode_rate_at(goal)
+            dec = d.decode.num_instances * h / c.decode_tokens
+        bound = min(d.prefill.num_instances / p.prefill_batched_s, dec)
+    elif c.decode_tokens > 0:
+        bound = d.num_instances * _colocated_rate_bound(
+            p.prefill_batched_s, c.decode_tokens, c.t_step, c.max_batch, goal)
+    else:
+        bound = d.num_instances / p.prefill_batched_s
+    return float(bound * BOUND_SLACK)
+
+
+@dataclass
+class _Row:
+    deployment: object
+    status: str = "pending"
+    reason: str = ""
+    bound: float = float("nan")
+    analytic: float = float("nan")
+    goodput: float = float("nan")
+    low: float = float("nan")
+    high: float = float("nan")
+    fidelity: str = ""
+    ttft: float = float("nan")
+    tpot: float = float("nan")
+    seconds: float = 0.0
+    prep: object = None
+
+    @property
+    def gpus(self) -> int:
+        return gpus(self.deployment)
+
+    def per_gpu(self, value: float) -> float:
+        return value / self.gpus
+
+
+def _family(d, spec: SearchSpec) -> tuple[tuple, int]:
+    """``(ratio key, multiple)``: strategies with one key differ only by an integer scale."""
+    if isinstance(d, PDDeployment):
+        y, z = d.prefill.num_instances, d.decode.num_instances
+        g = math.gcd(y, z)
+        return ("pd", d.prefill.tp, d.decode.tp, y // g, z // g), g
+    return ("colocated", d.tp), d.num_instances
+
+
+def _mark_dominated(rows: list[_Row], spec: SearchSpec) -> None:
+    """Module docstring, step 4."""
+    best: dict[tuple, _Row] = {}
+    for row in rows:
+        if row.status != "pending":
+            continue
+        key, k = _family(row.deployment, spec)
+        if key not in best or k > _family(best[key].deployment, spec)[1]:
+            best[key] = row
+    for row in rows:
+        if row.status != "pending":
+            continue
+        top = best[_family(row.deployment, spec)[0]]
+        if top is not row:
+            row.status = "dominated"
+            row.reason = f"goodput per GPU at most that of {_name(top.deployment)}"
+
+
+def _prepare(rows: list[_Row], spec: SearchSpec, ws: Workspace, seeds) -> None:
+    workload = _workload(spec)
+    for row in rows:
+        try:
+            row.prep = PreparedDeployment(row.deployment, workload, seeds=seeds,
+                                          workspace=ws)
+        except SpecError as exc:
+            row.status, row.reason = "oom", str(exc).splitlines()[0]
+            continue
+        row.bound = upper_bound(row.prep, spec.slo)
+        row.analytic = analytic_goodput(row.prep, spec.slo)
+
+
+def _workload(spec: SearchSpec):
+    from pydantic import TypeAdapter
+
+    from serveplan.config import Workload
+
+    return TypeAdapter(Workload).validate_python(spec.workload())
+
+
+def run_search(spec: SearchSpec, *, workspace: Workspace | None = None, progress=None):
+    """Run the search; returns an ``xarray.Dataset`` ranked by goodput per GPU.
+
+    Parameters
+    ----------
+    spec : SearchSpec
+        Model, GPU, budget, workload, SLO, fidelity and search knobs.
+    workspace : Workspace, optional
+        Shared caches (a fresh one by default).
+    progress : callable, optional
+        ``progress(done, total, name)`` after each decided strategy.
+    """
+    ws = workspace if workspace is not None else Workspace()
+    seeds = tuple(range(spec.seed, spec.seed + spec.seeds))
+    rows = [_Row(d) for d in enumerate_strategies(spec)]
+    t0 = time.perf_counter()
+    _prepare(rows, spec, ws, seeds)
+    _mark_dominated(rows, spec)
+    ok = [r for r in rows if r.status == "pending"]
+    ok.sort(key=lambda r: (-r.per_gpu(r.bound), -r.per_gpu(r.analytic), r.gpus))
+    best: list[float] = []  # decided goodputs per GPU, descending
+    decided = 0
+    for row in ok:
+        incumbent = best[spec.top - 1] if len(best) >= spec.top else -1.0
+        if row.per_gpu(row.bound) < incumbent or row.bound == 0.0:
+            row.status = "pruned"
+            row.reason = ("analytic bound below the incumbent" if row.bound > 0 else
+                          "one request alone misses the SLO")
+            continue
+        if decided >= spec.max_decide:
+            row.status, row.reason = "budget", f"max_decide={spec.max_decide} reached"
+            continue
+        _decide(row, spec, seeds)
+        decided += 1
+        best = sorted([*best, row.per_gpu(row.goodput)], reverse=True)
+        if progress is not None:
+            progress(decided, len(ok), strategy_name(row.deployment))
+    return _dataset(rows, spec, time.perf_counter() - t0)
+
+
+def _decide(row: _Row, spec: SearchSpec, seeds) -> None:
+    t = time.perf_counter()
+    level = resolve_fidelity(spec.fidelity, row.deployment)
+    g = find_goodput(row.prep, spec.slo, fidelity=level, seeds=seeds,
+                     confidence=spec.confidence, rtol=spec.rtol)
+    row.status = "decided"
+    row.goodput, row.low, row.high, row.fidelity = g.rate, g.low, g.high, g.fidelity
+    at = g.check_at(g.rate)
+    if at is not None:
+        row.ttft, row.tpot = at.ttft.estimate, at.tpot.estimate
+    row.seconds = time.perf_counter() - t
+
+
+def _coords(d) -> dict:
+    if isinstance(d, PDDeployment):
+        return {"architecture": "pd", "n_prefill": d.prefill.num_instances,
+                "n_decode": d.decode.num_instances, "tp_prefill": d.prefill.tp,
+                "tp_decode": d.decode.tp}
+    return {"architecture": "colocated", "n_prefill": d.num_instances,
+            "n_decode": d.num_instances, "tp_prefill": d.tp, "tp_decode": d.tp}
+
+
+def _name(d) -> str:
+    c = _coords(d)
+    if c["architecture"] == "pd":
+        tp = (f"tp{c['tp_prefill']}" if c["tp_prefill"] == c["tp_decode"]
+              else f"tp{c['tp_prefill']}/{c['tp_decode']}")
+        return f"{strategy_name(d)}-{tp}"
+    return f"{strategy_name(d)}-tp{c['tp_prefill']}"
+
+
+_ORDER = {"decided": 0, "budget": 1, "dominated": 2, "pruned": 3, "oom": 4}
+
+
+def _dataset(rows: list[_Row], spec: SearchSpec, seconds: float):
+    import xarray as xr
+
+    from serveplan import __version__
+
+    def key(r: _Row):
+        value = r.per_gpu(r.goodput) if r.status == "decided" else r.per_gpu(r.analytic)
+        return (_ORDER.get(r.status, 9), -(value if value == value else -1.0), r.gpus)
+
+    rows = sorted(rows, key=key)
+    coords = {k: ("strategy", [_coords(r.deployment)[k] for r in rows])
+              for k in ("architecture", "n_prefill", "n_decode", "tp_prefill", "tp_decode")}
+    coords["name"] = ("strategy", [_name(r.deployment) for r in rows])
+    coords["gpus"] = ("strategy", np.array([r.gpus for r in rows], dtype=np.int64))
+    coords["strategy"] = np.arange(len(rows))
+
+    def col(f):
+        return ("strategy", np.array([f(r) for r in rows], dtype=np.float64))
+
+    data = {
+        "goodput": col(lambda r: r.goodput),
+        "goodput_low": col(lambda r: r.low),
+        "goodput_high": col(lambda r: r.high),
+        "goodput_per_gpu": col(lambda r: r.per_gpu(r.goodput)),
+        "analytic_goodput": col(lambda r: r.analytic),
+        "analytic_per_gpu": col(lambda r: r.per_gpu(r.analytic)),
+        "upper_bound": col(lambda r: r.bound),
+        "ttft_p_s": col(lambda r: r.ttft),
+        "tpot_p_s": col(lambda r: r.tpot),
+        "decide_seconds": col(lambda r: r.seconds),
+        "status": ("strategy", np.array([r.status for r in rows], dtype=object)),
+        "reason": ("strategy", np.array([r.reason for r in rows], dtype=object)),
+        "fidelity": ("strategy", np.array([r.fidelity for r in rows], dtype=object)),
+        "deployment": ("strategy", np.array([r.deployment.model_dump_json() for r in rows],
+                                            dtype=object)),
+    }
+    ranked = [i for i, r in enumerate(rows) if r.status == "decided"]
+    rank = np.zeros(len(rows), dtype=np.int64)
+    for k, i in enumerate(ranked):
+        rank[i] = k + 1
+    data["rank"] = ("strategy", rank, {"description": "1 = best decided; 0 = not decided"})
+    attrs = {"spec": spec.model_dump_json(), "serveplan_version": __version__,
+             "slo": spec.slo.model_dump_json(), "search_seconds": seconds,
+             "kind": "search"}
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def search_table(ds, limit: int = 20):
+    """A rich table of the best ``limit`` strategies of a search Dataset."""
+    from rich.table import Table
+
+    spec = json.loads(ds.attrs["spec"])
+    slo = json.loads(ds.attrs["slo"])
+    p = f"P{slo['percentile']:g}"
+    goals = ", ".join(f"{n} <= {slo[k]:g} ms" for n, k in (("TTFT", "ttft_ms"),
+                                                             ("TPOT", "tpot_ms")) if slo[k])
+    t = Table(title=f"{spec['model']} on {spec['gpus']}x {spec['gpu']}: goodput per GPU, "
+              f"{p} {goals}", title_justify="left")
+    for col, just in (("#", "right"), ("strategy", "left"), ("GPUs", "right"),
+                      ("req/s/GPU", "right"), ("req/s [CI]", "right"),
+                      ("analytic", "right"), (f"{p} TTFT", "right"), (f"{p} TPOT", "right"),
+                      ("level", "left"), ("status", "left")):
+        t.add_column(col, justify=just, no_wrap=True)
+
+    def f(x, digits=2):
+        return "—" if x != x else f"{x:,.{digits}f}"
+
+    for i in range(min(limit, ds.sizes["strategy"])):
+        r = ds.isel(strategy=i)
+        status = str(r["status"].values)
+        decided = status == "decided"
+        t.add_row(str(int(r["rank"])) if int(r["rank"]) else "",
+                  str(r["name"].values), str(int(r["gpus"])),
+                  f(float(r["goodput_per_gpu"] if decided else r["analytic_per_gpu"]), 3)
+                  + ("" if decided else "*"),
+                  (f"{f(float(r['goodput']))} [{f(float(r['goodput_low']))}, "
+                   f"{f(float(r['goodput_high']))}]") if decided else "—",
+                  f(float(r["analytic_goodput"])),
+                  f(float(r["ttft_p_s"]) * 1e3, 0) + (" ms" if decided else ""),
+                  f(float(r["tpot_p_s"]) * 1e3, 1) + (" ms" if decided else ""),
+                  str(r["fidelity"].values), status)
+    t.caption = "* analytic estimate (strategy not decided at fidelity)"
+    return t
