@@ -128,7 +128,7 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
         window = pd.to_numeric(df.get("window_size"), errors="coerce")
         mask &= np.nan_to_num(np.asarray(window, dtype=float)) == 0
         if "kv_dtype" in select:
-            kv = _norm16(df["kv_dtype"].replace("", "bf16"))
+            kv = _norm16(df["kv_dtype"].astype(str).replace("", "bf16"))
             mask &= kv == select["kv_dtype"]
     if family == "moe":
         dist = df["moe_distribution"].astype(str).to_numpy()
@@ -251,7 +251,7 @@ def _fit_comm(w: OpWork, lat: np.ndarray, sel: np.ndarray, gpu: GPUSpec,
 
 
 def fit_constants(df: pd.DataFrame, gpu: GPUSpec, init: Profile | None = None,
-                  ) -> dict[str, ConstantsFit]:
+                  min_rows: int = MIN_ROWS) -> dict[str, ConstantsFit]:
     """Fit each family's roofline constants to the measurements of one GPU.
 
     Parameters
@@ -262,12 +262,14 @@ def fit_constants(df: pd.DataFrame, gpu: GPUSpec, init: Profile | None = None,
         Its peaks.
     init : Profile, optional
         Starting point and fallback for families without data (default constants).
+    min_rows : int
+        Fewest usable rows a family is fitted on.
 
     Returns
     -------
     dict
-        ``family -> ConstantsFit`` for the families with at least :data:`MIN_ROWS`
-        usable rows (``gemm``, ``attention``, ``moe``, ``comm``).
+        ``family -> ConstantsFit`` for the families with at least ``min_rows`` usable rows
+        (``gemm``, ``attention``, ``moe``, ``comm``).
     """
     init = init or Profile()
     lat = df["latency_s"].to_numpy(dtype=np.float64)
@@ -280,14 +282,14 @@ def fit_constants(df: pd.DataFrame, gpu: GPUSpec, init: Profile | None = None,
         for src in sources:
             sel |= select_training_rows(df, src, **select)
         sel &= lat > 0
-        if sel.sum() < MIN_ROWS:
+        if sel.sum() < min_rows:
             continue
         tiles = FLASH_TILES if family == "attention" else (init.flash_tile,)
         best = None
         for tile in tiles:
             w = op_work(df[sel], gpu, tile)
             ok = w.valid
-            if ok.sum() < MIN_ROWS:
+            if ok.sum() < min_rows:
                 continue
             fit = _fit_compute(w, lat[sel], ok, gpu, init, family, per_phase)
             fit.flash_tile = int(tile) if family == "attention" else None
@@ -298,7 +300,7 @@ def fit_constants(df: pd.DataFrame, gpu: GPUSpec, init: Profile | None = None,
     w = op_work(df, gpu, init.flash_tile)
     usable = w.valid & (lat > 0)
     sel = select_training_rows(df, "allreduce") & usable
-    if sel.sum() >= MIN_ROWS:
+    if sel.sum() >= min_rows:
         fits["comm"] = _fit_comm(w, lat, sel, gpu, init)
     return fits
 
@@ -348,7 +350,8 @@ CORRECTOR_SETTINGS = {
 
 
 def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
-                   families: tuple[str, ...] | None = None) -> dict[str, GridTable]:
+                   families: tuple[str, ...] | None = None,
+                   min_rows: int = MIN_ROWS) -> dict[str, GridTable]:
     """Fit the residual corrector tables of one GPU against ``profile``'s roofline.
 
     Parameters
@@ -361,12 +364,14 @@ def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
         The fitted constants; the target is ``log(t_meas / t_profile)``.
     families : tuple of str, optional
         Restrict to these corrector families (default: all of :data:`CORRECTOR_PLAN`).
+    min_rows : int
+        Fewest rows a table is fitted on.
 
     Returns
     -------
     dict
         ``"<family>:<key value>" -> GridTable`` for every (family, selection) with at least
-        :data:`MIN_ROWS` rows.
+        ``min_rows`` rows.
     """
     w = op_work(df, gpu, profile.flash_tile)
     lat = df["latency_s"].to_numpy(dtype=np.float64)
@@ -379,13 +384,13 @@ def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
         for value in values:
             select = {key: value} if key else {}
             sel = select_training_rows(df, family, **select) & ok
-            if sel.sum() < MIN_ROWS:
+            if sel.sum() < min_rows:
                 continue
             names = FAMILY_AXES[family]
             X = corrector_features(df[sel], family, names)
             good = np.all(np.isfinite(X), axis=1)
             X, y = X[good], (np.log(lat[sel]) - np.log(pred[sel]))[good]
-            if len(y) < MIN_ROWS:
+            if len(y) < min_rows:
                 continue
             reg = GridRegressor(axes=axes_for(names, X), **CORRECTOR_SETTINGS[family])
             reg.fit(X, y)
@@ -399,7 +404,7 @@ def _row_table_keys(df: pd.DataFrame, family: str, phase: np.ndarray) -> np.ndar
     if family in ("gemm", "moe"):
         return _norm16(df["dtype"])
     if family.startswith("attention"):
-        return _norm16(df["kv_dtype"].replace("", "bf16"))
+        return _norm16(df["kv_dtype"].astype(str).replace("", "bf16"))
     if family == "allreduce":
         return np.where(phase == K.PHASE_DECODE, "decode", "prefill")
     return np.full(len(df), "", dtype=object)
@@ -461,7 +466,7 @@ def predict_measurements(df: pd.DataFrame, gpu: str | GPUSpec, profile: Profile,
 
 def calibrate(df: pd.DataFrame, gpu: str | GPUSpec, name: str | None = None,
               base: Profile | None = None, correctors: bool = True,
-              provenance: dict | None = None) -> Profile:
+              provenance: dict | None = None, min_rows: int = MIN_ROWS) -> Profile:
     """A fitted profile for one GPU from its measurements (constants, then correctors).
 
     Parameters
@@ -479,6 +484,8 @@ def calibrate(df: pd.DataFrame, gpu: str | GPUSpec, name: str | None = None,
         Also fit residual correctors.
     provenance : dict, optional
         Stored in the profile (data source, versions, command).
+    min_rows : int
+        Fewest usable rows a family (or a corrector table) is fitted on.
 
     Raises
     ------
@@ -491,15 +498,15 @@ def calibrate(df: pd.DataFrame, gpu: str | GPUSpec, name: str | None = None,
     if len(gpus) > 1:
         raise CalibrationError(f"measurements of several GPUs {gpus}; calibrate one at a time")
     base = base or Profile()
-    fits = fit_constants(df, spec, base)
+    fits = fit_constants(df, spec, base, min_rows)
     if not fits:
         counts = df.groupby("op_family", observed=True).size().to_dict()
         raise CalibrationError(
-            f"no op family has {MIN_ROWS} usable rows (gemm, attention_prefill/decode, moe "
+            f"no op family has {min_rows} usable rows (gemm, attention_prefill/decode, moe "
             f"or allreduce with dtypes the oracle costs); got {counts}")
     fitted = apply_constants(base, fits, name=name or f"{spec.name}-fitted",
                              source="fitted to per-op measurements (serveplan calibrate)")
-    tables = fit_correctors(df, spec, fitted) if correctors else {}
+    tables = fit_correctors(df, spec, fitted, min_rows=min_rows) if correctors else {}
     summary = {fam: {"rows": f.n_rows, "median_abs_log_err": round(f.median_abs_log_err, 4)}
                for fam, f in fits.items()}
     prov = {**(provenance or {}), "gpu": spec.name, "constants_fit": summary,

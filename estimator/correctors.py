@@ -28,7 +28,7 @@ tables (NumPy only), so loading a profile imports neither scikit-learn nor SciPy
 
 Storage. A :class:`GridTable` (part of a :class:`~serveplan.estimator.profile.Profile`)
 keeps the axes and the node values quantised to ``scale`` (2^-10 in log units, i.e.
-0.1 %) as zlib-compressed base64 int16, a few KB per table. Stored tables may have
+0.1 %) as xz-compressed base64 int16 differences, a few KB per table. Stored tables may have
 more axes than the kernel takes (up to 4 here); the ones fixed by the model are
 interpolated out when an oracle is built (below).
 
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import base64
 import itertools
-import zlib
+import lzma
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,8 +125,9 @@ class GridTable(BaseModel):
 
     ``select`` names the measurement subset it was fitted on and the oracle rows it
     applies to (e.g. ``{"dtype": "bf16"}``, ``{"kv_dtype": "fp8"}``,
-    ``{"phase": "decode"}``). ``values`` is base64 of the zlib-compressed little-endian
-    int16 node values in units of ``scale``, C order over ``axes``.
+    ``{"phase": "decode"}``). ``values`` is base64 of the xz-compressed little-endian
+    int16 differences along the first axis of the node values in units of ``scale``
+    (C order over ``axes``; :meth:`log_values` undoes it).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -149,9 +150,9 @@ class GridTable(BaseModel):
                              f"{list(FAMILY_FEATURES[self.family])}, without repeats")
         size = int(np.prod([a.n for a in self.axes]))
         try:
-            got = len(zlib.decompress(base64.b64decode(self.values))) // 2
-        except (ValueError, zlib.error) as exc:
-            raise ValueError(f"{self.family} corrector values are not base64 zlib data: "
+            got = len(lzma.decompress(base64.b64decode(self.values))) // 2
+        except (ValueError, lzma.LZMAError) as exc:
+            raise ValueError(f"{self.family} corrector values are not base64 xz data: "
                              f"{exc}") from None
         if got != size:
             raise ValueError(f"{self.family} corrector holds {got} values, its axes need {size}")
@@ -162,8 +163,9 @@ class GridTable(BaseModel):
                     select: dict[str, str] | None = None, n_rows: int = 0,
                     scale: float = QUANT_SCALE) -> GridTable:
         """Quantise ``values`` (log corrections, shape of the axes) into a table."""
-        q = np.clip(np.rint(np.asarray(values, dtype=np.float64) / scale), -32767, 32767)
-        raw = zlib.compress(q.astype("<i2").tobytes(), 9)
+        q = np.clip(np.rint(np.asarray(values, dtype=np.float64) / scale), -16383, 16383)
+        delta = np.diff(q.astype(np.int64), axis=0, prepend=0)
+        raw = lzma.compress(delta.astype("<i2").tobytes(), preset=9)
         return cls(family=family, select=dict(select or {}), axes=list(axes),
                    values=base64.b64encode(raw).decode("ascii"), scale=scale, n_rows=n_rows)
 
@@ -173,8 +175,9 @@ class GridTable(BaseModel):
 
     def log_values(self) -> np.ndarray:
         """Node values (log corrections), shaped like the grid."""
-        q = np.frombuffer(zlib.decompress(base64.b64decode(self.values)), dtype="<i2")
-        return (q.astype(np.float64) * self.scale).reshape(self.shape)
+        delta = np.frombuffer(lzma.decompress(base64.b64decode(self.values)), dtype="<i2")
+        q = np.cumsum(delta.astype(np.int64).reshape(self.shape), axis=0)
+        return q.astype(np.float64) * self.scale
 
     def predict_log(self, X: np.ndarray) -> np.ndarray:
         """Multilinear interpolation of the log values at log2 features ``X`` (rows x axes)."""

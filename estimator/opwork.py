@@ -75,6 +75,9 @@ class OpWork:
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A feature column as float64 (all NaN when the table lacks it)."""
+    if name not in df.columns:
+        return np.full(len(df), np.nan)
     return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=np.float64)
 
 
@@ -163,7 +166,7 @@ def op_work(df: pd.DataFrame, gpu: GPUSpec, tile: float = 128.0) -> OpWork:
         a, b, c = gqa_attention_coeffs(_col(df, "num_heads")[att], _col(df, "num_kv_heads")[att],
                                        _col(df, "head_dim")[att], ACT_BYTES, kvb)
         batch, q = _col(df, "batch_size")[att], _col(df, "query_len")[att]
-        window = np.nan_to_num(_col(df, "window_size")[att]) if "window_size" in df else 0 * q
+        window = np.nan_to_num(_col(df, "window_size")[att])
         pairs, kv_read = _attention_counts(batch, q, _col(df, "kv_len")[att], window, tile)
         work[att], traffic[att], peak[att] = a * pairs, b * kv_read + c * batch * q, act_peak
         family[att] = K.F_ATTN
@@ -230,7 +233,7 @@ def op_times(w: OpWork, gpu: GPUSpec, profile: Profile) -> np.ndarray:
 
 def _features(df: pd.DataFrame) -> dict:
     """Linear-scale corrector features by name (see :data:`.correctors.FAMILY_FEATURES`)."""
-    c = lambda name: _col(df, name) if name in df.columns else np.full(len(df), np.nan)  # noqa: E731
+    c = lambda name: _col(df, name)  # noqa: E731
     tp = np.nan_to_num(c("tp"), nan=1.0)
     ep = np.nan_to_num(c("ep"), nan=1.0)
     return {

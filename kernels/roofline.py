@@ -223,34 +223,35 @@ CORR_MAX_DIMS = 3
 CORR_HEADER = 4  # packed header entries per dim: feature code, log2 lower edge, step, points
 
 
-@njit(cache=True)
-def log_feature(code, lt, agg_row, op_row, prm):
-    """log2 of corrector feature ``code`` for one op row in this step.
+@njit(cache=True, inline="always")
+def log_feature(code, lt, agg, ops, r, prm):
+    """log2 of corrector feature ``code`` for op row ``r`` in this step.
 
     ``lt`` is log2 of the row's token count (T, or the logit rows R for ``B_ROWS`` rows).
     ``FEAT_BATCH``, ``FEAT_KV_MEAN`` and ``FEAT_Q_MEAN`` are per request of the row's
-    attention class (``agg_row``: pairs, kv_read, query tokens, score entries, requests);
+    attention class (``agg[r]``: pairs, kv_read, query tokens, score entries, requests);
     on a row without requests the batch is ``2**lt`` and the means are 0 (log2 = -inf,
-    which clamps to the lower edge).
+    which clamps to the lower edge). Rows are indexed rather than sliced so that no
+    array view is made in the hot loop.
     """
     if code == FEAT_TOKENS:
         return lt
     if code == FEAT_N:
-        return np.log2(op_row[C_X1])
+        return np.log2(ops[r, C_X1])
     if code == FEAT_K:
-        return np.log2(op_row[C_X2])
-    n_req = agg_row[4]
+        return np.log2(ops[r, C_X2])
+    n_req = agg[r, 4]
     if code == FEAT_BATCH:
         return np.log2(n_req) if n_req > 0.0 else lt
     if code == FEAT_KV_MEAN:
-        return np.log2(agg_row[1] / n_req) if n_req > 0.0 else -np.inf
+        return np.log2(agg[r, 1] / n_req) if n_req > 0.0 else -np.inf
     if code == FEAT_Q_MEAN:
-        return np.log2(agg_row[2] / n_req) if n_req > 0.0 else -np.inf
+        return np.log2(agg[r, 2] / n_req) if n_req > 0.0 else -np.inf
     # FEAT_TOK_PER_EXPERT: tokens reaching the EP group x top-k / num_experts
-    return lt + np.log2(prm[P_MOE_TOKENS] * op_row[C_X2])
+    return lt + np.log2(prm[P_MOE_TOKENS] * ops[r, C_X2])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _axis(prm, h, x):
     """Lower node index and weight of log2-feature ``x`` on the axis whose header is at ``h``.
 
@@ -267,43 +268,52 @@ def _axis(prm, h, x):
     return 0, 0.0
 
 
-@njit(cache=True)
-def correction(prm, off, lt, agg_row, op_row):
-    """Correction factor of the grid table packed at ``prm[off]`` for one op row (see above).
+@njit(cache=True, inline="always")
+def _lerp_last(prm, p, w):
+    """Linear interpolation between prm[p] and prm[p + 1] (prm[p + 1] unread when w = 0)."""
+    v = prm[p]
+    if w > 0.0:
+        v += w * (prm[p + 1] - v)
+    return v
 
-    Multilinear interpolation over 1-3 log2 axes; corners of zero weight are not read, so
-    one-point axes and clamped edges never index past the table. Allocates nothing.
+
+@njit(cache=True, inline="always")
+def _lerp_plane(prm, p, n_last, w_row, w_last):
+    """Bilinear interpolation in the plane whose corner is at p (rows n_last apart)."""
+    v = _lerp_last(prm, p, w_last)
+    if w_row > 0.0:
+        v += w_row * (_lerp_last(prm, p + n_last, w_last) - v)
+    return v
+
+
+@njit(cache=True, inline="always")
+def correction(prm, off, lt, agg, ops, r):
+    """Correction factor of the grid table packed at ``prm[off]`` for op row ``r`` (see above).
+
+    Multilinear interpolation over 1-3 log2 axes, as nested linear interpolations (last
+    axis first); neighbours of zero weight are not read, so one-point axes and clamped
+    edges never index past the table, and a grid node returns its value exactly.
+    Allocates nothing.
     """
     ndim = int(prm[off])
     h0 = off + 1
     base = h0 + CORR_HEADER * ndim
-    i0, w0 = _axis(prm, h0, log_feature(int(prm[h0]), lt, agg_row, op_row, prm))
+    i0, w0 = _axis(prm, h0, log_feature(int(prm[h0]), lt, agg, ops, r, prm))
     if ndim == 1:
-        v = prm[base + i0]
-        if w0 > 0.0:
-            v += w0 * (prm[base + i0 + 1] - v)
-        return v
+        return _lerp_last(prm, base + i0, w0)
     h1 = h0 + CORR_HEADER
-    i1, w1 = _axis(prm, h1, log_feature(int(prm[h1]), lt, agg_row, op_row, prm))
+    i1, w1 = _axis(prm, h1, log_feature(int(prm[h1]), lt, agg, ops, r, prm))
     n1 = int(prm[h1 + 3])
-    i2, w2, n2 = 0, 0.0, 1
-    if ndim == 3:
-        h2 = h1 + CORR_HEADER
-        i2, w2 = _axis(prm, h2, log_feature(int(prm[h2]), lt, agg_row, op_row, prm))
-        n2 = int(prm[h2 + 3])
-    s0 = n1 * n2
-    first = base + i0 * s0 + i1 * n2 + i2
-    value = 0.0
-    for corner in range(1 << ndim):
-        b0 = corner & 1
-        b1 = (corner >> 1) & 1
-        b2 = (corner >> 2) & 1
-        w = (w0 if b0 else 1.0 - w0) * (w1 if b1 else 1.0 - w1)
-        if ndim == 3:
-            w *= w2 if b2 else 1.0 - w2
-        if w != 0.0:
-            value += w * prm[first + b0 * s0 + b1 * n2 + b2]
-    return value
+    if ndim == 2:
+        return _lerp_plane(prm, base + i0 * n1 + i1, n1, w0, w1)
+    h2 = h1 + CORR_HEADER
+    i2, w2 = _axis(prm, h2, log_feature(int(prm[h2]), lt, agg, ops, r, prm))
+    n2 = int(prm[h2 + 3])
+    p = base + (i0 * n1 + i1) * n2 + i2
+    v = _lerp_plane(prm, p, n2, w1, w2)
+    if w0 > 0.0:
+        v += w0 * (_lerp_plane(prm, p + n1 * n2, n2, w1, w2) - v)
+    return v
 
 
 @njit(cache=True)
@@ -327,17 +337,33 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm):
 
     ``agg`` holds, per op row, the attention aggregates of that row's request class
     (see :func:`attention_aggregates`); other rows ignore it. Results accumulate into
-    ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction. A row
-    with a corrector for the phase (``C_CORR + phase`` > 0) has its time multiplied by
+    ``comp`` and ``comm`` (zeroed here), weighted by each row's layer fraction: first the
+    rows that depend on the token count only, then the attention rows. A row with a
+    corrector for the phase (``C_CORR + phase`` > 0) has its time multiplied by
     :func:`correction`.
     """
     for j in range(comp.shape[0]):
         comp[j] = 0.0
         comm[j] = 0.0
-    lT = np.log2(T) if T > 0.0 else -np.inf
-    lR = np.log2(R) if R > 0.0 else -np.inf
+    add_row_times(T, R, phase, agg, ops, prm, comp, comm, False)
+    add_row_times(T, R, phase, agg, ops, prm, comp, comm, True)
+
+
+@njit(cache=True)
+def _is_attention_basis(basis):
+    return basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE or basis == B_SCORES
+
+
+@njit(cache=True)
+def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
+    """Add the times of the attention rows (``attention``) or of all other rows (which
+    depend on T, R and the phase only) into ``comp`` / ``comm``; see :func:`module_times`."""
+    lT = np.nan  # log2 T and log2 R, computed on first use by a corrector
+    lR = np.nan
     for r in range(ops.shape[0]):
         basis = int(ops[r, C_BASIS])
+        if _is_attention_basis(basis) != attention:
+            continue
         mod = int(ops[r, C_MODULE])
         a = ops[r, C_A]
         b = ops[r, C_B]
@@ -357,10 +383,12 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm):
                 t = alltoall_time(b * T * prm[P_MOE_TOKENS], prm[P_EP], prm[P_COMM_BW],
                                   prm[P_COMM_LAT], e_m)
             if corr_off > 0 and t > 0.0:
-                t *= correction(prm, corr_off, lT, agg[r], ops[r])
+                if lT != lT:
+                    lT = np.log2(T)
+                t *= correction(prm, corr_off, lT, agg, ops, r)
             comm[mod] += frac * t
             continue
-        lt = lT
+        rows_basis = False
         if basis == B_TOKENS:
             if T <= 0.0:
                 continue
@@ -371,7 +399,7 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm):
                 continue
             w = a * R
             q = b * R + c
-            lt = lR
+            rows_basis = True
         elif basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE:
             if agg[r, 2] <= 0.0:
                 continue
@@ -395,7 +423,15 @@ def module_times(T, R, phase, agg, ops, prm, comp, comm):
         t_m = q * ops[r, C_RATE + 2 * ph + 1]
         t = (t_c if t_c > t_m else t_m) + ops[r, C_FIXED]  # roofline_time, precomputed rates
         if corr_off > 0:
-            t *= correction(prm, corr_off, lt, agg[r], ops[r])
+            if rows_basis:
+                if lR != lR:
+                    lR = np.log2(R) if R > 0.0 else -np.inf
+                lt = lR
+            else:
+                if lT != lT:
+                    lT = np.log2(T) if T > 0.0 else -np.inf
+                lt = lT
+            t *= correction(prm, corr_off, lt, agg, ops, r)
         comp[mod] += frac * t
 
 
@@ -464,6 +500,13 @@ def _graph_size(n_tokens, sizes):
     if k >= sizes.shape[0]:
         return -1.0
     return sizes[k]
+
+
+@njit(cache=True)
+def _graph_index(n_tokens, sizes):
+    """Index of the smallest capture size >= n_tokens, or -1 if none is that large."""
+    k = np.searchsorted(sizes, n_tokens)
+    return k if k < sizes.shape[0] else -1
 
 
 @njit(cache=True)
@@ -546,6 +589,12 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
     agg = np.zeros((n_ops, N_AGG))
     comp = np.zeros(n_mod)
     comm = np.zeros(n_mod)
+    # token-count rows of a padded decode step depend on the capture size only: computed
+    # once per size and reused (the attention rows are added per entry)
+    n_sizes = graph_sizes.shape[0]
+    cache_comp = np.zeros((n_sizes, n_mod))
+    cache_comm = np.zeros((n_sizes, n_mod))
+    cached = np.zeros(n_sizes, dtype=np.bool_)
     tile = prm[P_TILE]
     use_graph = prm[P_GRAPH] > 0.0
     for k in range(batch.shape[0]):
@@ -558,16 +607,15 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
         T = B * q
         R = B
         pure_decode = q <= 1.0
-        graph = False
+        gi = -1
         if pure_decode and use_graph:
-            padded = _graph_size(T, graph_sizes)
-            if padded > 0.0:
-                graph = True
-                T = padded
-                R = padded
+            gi = _graph_index(T, graph_sizes)
+            if gi >= 0:
+                T = graph_sizes[gi]
+                R = T
         for r in range(n_ops):
             basis = int(ops[r, C_BASIS])
-            if basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE or basis == B_SCORES:
+            if _is_attention_basis(basis):
                 is_prefill_row = basis != B_ATTN_DECODE
                 if is_prefill_row == pure_decode:
                     agg[r, 0] = 0.0
@@ -583,5 +631,21 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
                 agg[r, 3] = B * q * (c + q)
                 agg[r, 4] = B
         phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
-        module_times(T, R, phase, agg, ops, prm, comp, comm)
-        out[k] = _finish(comp, comm, mods, prm, graph, T)
+        if gi >= 0:
+            if not cached[gi]:
+                for j in range(n_mod):
+                    comp[j] = 0.0
+                    comm[j] = 0.0
+                add_row_times(T, R, phase, agg, ops, prm, comp, comm, False)
+                for j in range(n_mod):
+                    cache_comp[gi, j] = comp[j]
+                    cache_comm[gi, j] = comm[j]
+                cached[gi] = True
+            else:
+                for j in range(n_mod):
+                    comp[j] = cache_comp[gi, j]
+                    comm[j] = cache_comm[gi, j]
+            add_row_times(T, R, phase, agg, ops, prm, comp, comm, True)
+        else:
+            module_times(T, R, phase, agg, ops, prm, comp, comm)
+        out[k] = _finish(comp, comm, mods, prm, gi >= 0, T)

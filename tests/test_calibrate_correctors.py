@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+
 from serveplan.estimator.corrector_fit import GridRegressor, interpolation_matrix
 from serveplan.estimator.correctors import (
     QUANT_SCALE,
@@ -106,9 +107,9 @@ def _direct_gemm_pack(table):
 
 
 def _kernel_factor(prm, off, m, n, k):
-    op_row = np.zeros(K.N_COLS)
-    op_row[K.C_X1], op_row[K.C_X2] = n, k
-    return K.correction(prm, off, np.log2(m), np.zeros(K.N_AGG), op_row)
+    ops = np.zeros((1, K.N_COLS))
+    ops[0, K.C_X1], ops[0, K.C_X2] = n, k
+    return K.correction(prm, off, np.log2(m), np.zeros((1, K.N_AGG)), ops, 0)
 
 
 def test_kernel_equals_table_exactly_at_grid_nodes():
@@ -117,13 +118,13 @@ def test_kernel_equals_table_exactly_at_grid_nodes():
     prm = np.concatenate([np.zeros(3), _direct_gemm_pack(table)])
     factors = np.exp(table.log_values())
     for _ in range(200):
-        i, j, l = rng.integers(0, 31), rng.integers(0, 12), rng.integers(0, 12)
-        m, n, k = 2.0 ** (0.5 * i), 2.0 ** (5 + j), 2.0 ** (5 + l)
+        i, j, jk = rng.integers(0, 31), rng.integers(0, 12), rng.integers(0, 12)
+        m, n, k = 2.0 ** (0.5 * i), 2.0 ** (5 + j), 2.0 ** (5 + jk)
         got = _kernel_factor(prm, 3, m, n, k)
         if i % 2 == 0:  # power-of-two m: log2 is exact, so the node is hit exactly
-            assert got == factors[i, j, l]
+            assert got == factors[i, j, jk]
         else:
-            assert got == pytest.approx(factors[i, j, l], rel=1e-13)
+            assert got == pytest.approx(factors[i, j, jk], rel=1e-13)
 
 
 def test_kernel_equals_multilinear_interpolation_between_nodes():
@@ -156,8 +157,8 @@ def test_specialised_table_equals_stored_table(profile):
     rng = np.random.default_rng(3)
     for _ in range(100):
         batch, kv = rng.integers(1, 3000), 2.0 ** rng.uniform(0, 17)
-        agg = np.array([0.0, batch * kv, batch, 0.0, batch])
-        got = K.correction(prm, 2, 0.0, agg, np.zeros(K.N_COLS))
+        agg = np.array([[0.0, batch * kv, batch, 0.0, batch]])
+        got = K.correction(prm, 2, 0.0, agg, np.zeros((1, K.N_COLS)), 0)
         X = np.log2([[kv, batch * hkv, ratio, d]])
         assert got == pytest.approx(table.factor(X)[0], rel=1e-12)
 

@@ -1,0 +1,120 @@
+"""``serveplan calibrate``: fit a profile for your GPU from your own op measurements."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from serveplan.cli import app
+from serveplan.errors import UserError, report_errors
+
+
+def _read_sources(measurements: list[Path], aiconfigurator: Path | None, vidur: Path | None,
+                  gpu: str, engine: str | None, versions: str) -> pd.DataFrame:
+    from serveplan.estimator.measurements import (
+        load_aiconfigurator,
+        load_vidur,
+        read_measurements,
+    )
+
+    parts = []
+    for path in measurements:
+        if not path.exists():
+            raise UserError(f"{path}: no such measurements file")
+        parts.append(read_measurements(path))
+    if aiconfigurator is not None:
+        if not aiconfigurator.exists():
+            raise UserError(f"{aiconfigurator}: no such AIConfigurator folder")
+        engines = [engine, "nccl"] if engine else None
+        parts.append(load_aiconfigurator(aiconfigurator, systems=[gpu], engines=engines,
+                                         versions=versions, min_rows=0))
+    if vidur is not None:
+        if not vidur.exists():
+            raise UserError(f"{vidur}: no such Vidur profiling folder")
+        parts.append(load_vidur(vidur))
+    if not parts:
+        raise UserError("give measurements: --measurements FILE (CSV/Parquet in the schema of "
+                        "docs/measurements.md), --aiconfigurator DIR or --vidur DIR")
+    return pd.concat(parts, ignore_index=True)
+
+
+def _for_gpu(df: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    from serveplan.estimator.catalog import resolve_gpu
+
+    name = resolve_gpu(gpu).name
+    present = sorted({str(g) for g in df["gpu"].unique()})
+    mine = df[df["gpu"].astype(str) == name]
+    if not len(mine):
+        raise UserError(f"no measurements for GPU {name!r}; the data has {present}")
+    return mine.reset_index(drop=True)
+
+
+def _summary(profile, out: Path) -> None:
+    console = Console()
+    table = Table(title=f"profile {profile.name!r} -> {out}")
+    for col in ("family", "rows", "prefill e_c / e_m", "decode e_c / e_m", "fixed µs",
+                "median |log err|"):
+        table.add_column(col, justify="right" if col != "family" else "left")
+    fits = profile.provenance.get("constants_fit", {})
+    for fam, info in fits.items():
+        e = profile.efficiency[fam]
+        fixed = (profile.comm_latency_s if fam == "comm" else profile.kernel_fixed(fam)) or 0.0
+        table.add_row(fam, f"{info['rows']:,}", f"{e.prefill.ec:.3f} / {e.prefill.em:.3f}",
+                      f"{e.decode.ec:.3f} / {e.decode.em:.3f}", f"{fixed * 1e6:.2f}",
+                      f"{info['median_abs_log_err']:.3f}")
+    console.print(table)
+    defaults = profile.provenance.get("families_default", [])
+    if defaults:
+        console.print(f"families left at defaults (no usable rows): {', '.join(defaults)}")
+    console.print(f"{len(profile.correctors)} corrector table(s): "
+                  f"{', '.join(profile.correctors) or 'none'}")
+    console.print(f"use it with: serveplan estimate --profile {out} ...")
+
+
+@app.command()
+@report_errors
+def calibrate(
+    gpu: str = typer.Option(..., "--gpu", "-g",
+                            help="GPU the measurements were taken on (catalog name or YAML)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Profile JSON to write."),
+    measurements: list[Path] = typer.Option(
+        [], "--measurements", "-m",
+        help="CSV/Parquet in the measurement schema (docs/measurements.md); repeatable."),
+    aiconfigurator: Path | None = typer.Option(
+        None, "--aiconfigurator", help="An AIConfigurator data folder (systems/data/...)."),
+    vidur: Path | None = typer.Option(None, "--vidur", help="A Vidur profiling folder."),
+    engine: str | None = typer.Option(
+        None, "--engine", help="With --aiconfigurator: framework (vllm, trtllm, sglang)."),
+    versions: str = typer.Option(
+        "current", "--versions", help="With --aiconfigurator: version dir, or 'current'."),
+    name: str | None = typer.Option(None, "--name", help="Profile name (default <gpu>-fitted)."),
+    correctors: bool = typer.Option(True, "--correctors/--no-correctors",
+                                    help="Also fit learned residual correctors."),
+    min_rows: int = typer.Option(20, "--min-rows", min=1,
+                                 help="Fewest rows a family needs to be fitted."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fit summary as JSON."),
+) -> None:
+    """Fit roofline constants and residual correctors to op measurements of one GPU."""
+    from serveplan.estimator import calibrate as cal
+    from serveplan.estimator.measurements import validate_measurements
+
+    df = _for_gpu(_read_sources(measurements, aiconfigurator, vidur, gpu, engine, versions), gpu)
+    validate_measurements(df, source="measurements")
+    if len(df) < min_rows:
+        raise UserError(f"{len(df)} measurement rows for {gpu}, fewer than --min-rows "
+                        f"{min_rows}")
+    profile = cal.calibrate(df, gpu, name=name, correctors=correctors, min_rows=min_rows,
+                            provenance={"command": "serveplan calibrate", "rows": len(df)})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(cal.profile_json(profile))
+    if as_json:
+        typer.echo(json.dumps({"out": str(out), "name": profile.name,
+                               "constants_fit": profile.provenance.get("constants_fit", {}),
+                               "correctors": sorted(profile.correctors)}, indent=2))
+        return
+    _summary(profile, out)
