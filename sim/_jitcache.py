@@ -32,13 +32,14 @@ def sim_jit(fn):
 
 
 _SIM_DIR = Path(__file__).resolve().parent
-_SIM_MODULES = ("kvcache", "state", "scheduler", "router", "engine")
 
 
 def _sources() -> list[Path]:
+    """Every module of the simulator package (any may compile with :func:`sim_jit` and call
+    the others) and the cost kernels they inline."""
     from serveplan.kernels import roofline
 
-    return [_SIM_DIR / f"{m}.py" for m in _SIM_MODULES] + [Path(roofline.__file__)]
+    return sorted(_SIM_DIR.glob("*.py")) + [Path(roofline.__file__)]
 
 
 def refresh() -> int:
@@ -51,8 +52,8 @@ def refresh() -> int:
     if not cache_dir.is_dir():
         return 0
     removed = 0
-    for module in _SIM_MODULES:
-        for path in cache_dir.glob(f"{module}.*.nb[ic]"):
+    for source in _SIM_DIR.glob("*.py"):
+        for path in cache_dir.glob(f"{source.stem}.*.nb[ic]"):
             try:
                 if path.stat().st_mtime < newest:
                     path.unlink()

@@ -234,6 +234,16 @@ def start_step(pool, inst, reqs, knobs, glob, rec, i, now, cost, ops, mods, prm,
     bn = schedule(pool, inst, reqs, knobs, glob, i, now)
     if bn == 0:
         return False
+    launch_step(pool, inst, reqs, glob, rec, i, now, cost, ops, mods, prm, graph_sizes, agg,
+                comp, comm)
+    return True
+
+
+@sim_jit
+def launch_step(pool, inst, reqs, glob, rec, i, now, cost, ops, mods, prm, graph_sizes, agg,
+                comp, comm):
+    """Cost the scheduled batch of instance ``i``, mark it busy and record the step."""
+    bn = inst.ist[i, I_BATCH]
     tokens = 0
     decode_tokens = 0
     for j in range(bn):
@@ -258,7 +268,6 @@ def start_step(pool, inst, reqs, knobs, glob, rec, i, now, cost, ops, mods, prm,
     glob[G_STEPS] += 1
     _record(rec, now, dt, i, bn, tokens, tokens - decode_tokens, used, inst.ist[i, I_WLEN],
             inst.ist[i, I_NRUN])
-    return True
 
 
 @sim_jit
@@ -433,7 +442,7 @@ def _check_capacity(prompt, output, ignored, params: EngineParams) -> int:
 
 def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
                router: Router | int = Router.ROUND_ROBIN, record_steps: int = 1 << 16,
-               max_steps: int | None = None) -> EngineResult:
+               max_steps: int | None = None, policy=None) -> EngineResult:
     """Simulate ``requests`` on ``num_instances`` colocated instances.
 
     Parameters
@@ -453,6 +462,10 @@ def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
         Capacity of the per-step time series; longer runs are decimated by powers of two.
     max_steps : int, optional
         Stop with an error after this many engine steps (default: unlimited).
+    policy : callable, optional
+        A Python research scheduler ``policy(ctx)`` filling each batch through a
+        :class:`~serveplan.sim.pyhook.SchedulerContext`; runs a slower Python driver loop
+        (``params.policy`` is then ignored). The built-in policies never use it.
 
     Returns
     -------
@@ -491,8 +504,12 @@ def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
     glob[G_NOPEN] = min(conc, n) if conc else n
     glob[G_MAX_STEPS] = np.iinfo(np.int64).max if max_steps is None else int(max_steps)
     rec = make_rec(record_steps)
-    if n:
+    if n and policy is None:
         run_loop(pool, inst, reqs, knobs, glob, rec, *_cost_arrays(cost))
+    elif n:
+        from .pyhook import run_python_loop
+
+        run_python_loop(pool, inst, reqs, knobs, glob, rec, _cost_arrays(cost), policy)
     if glob[G_ERROR] == ERR_STALL:
         raise ValueError("the simulation stalled: requests wait but no instance can schedule "
                          "them (check num_gpu_blocks and max_num_batched_tokens)")

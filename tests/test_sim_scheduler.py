@@ -214,3 +214,39 @@ def test_affine_cost_is_applied_to_the_batch():
     res = run(make_requests([0.0], [100], [2]), cost=AffineStepCost(0.001, 1e-5, 1e-3))
     steps = recorded_steps(res.rec)
     np.testing.assert_allclose(steps["dt"], [0.001 + 100e-5 + 1e-3, 0.001 + 1e-5 + 1e-3])
+
+
+def test_python_policy_hook_reproduces_vllm_v1():
+    from serveplan.sim.workload import PoissonArrivals, PrefixSharing, Uniform, generate_requests
+
+    def vllm_like(ctx):
+        budget, preempted = ctx.schedule_running(ctx.max_num_batched_tokens)
+        if not preempted:
+            ctx.schedule_waiting(budget)
+
+    reqs = generate_requests(60, PoissonArrivals(40.0), Uniform(16, 300), Uniform(1, 30),
+                             seed=5, prefix=PrefixSharing(2, 48, 16))
+    kw = dict(num_gpu_blocks=40, max_num_batched_tokens=128, max_num_seqs=8, num_instances=2)
+    built_in = run(reqs, **kw)
+    hooked = run_engine(reqs, AffineStepCost(STEP),
+                        EngineParams(num_gpu_blocks=40, max_num_batched_tokens=128,
+                                     max_num_seqs=8, max_model_len=4096),
+                        num_instances=2, policy=vllm_like)
+    assert built_in.reqs.n_preempt.sum() > 0
+    for name in ("t_sched", "t_first", "t_finish", "n_preempt", "hit", "inst"):
+        np.testing.assert_array_equal(getattr(hooked.reqs, name), getattr(built_in.reqs, name))
+
+
+def test_python_policy_can_reorder_waiting():
+    def shortest_prompt_first(ctx):
+        ctx.reorder_waiting(sorted(ctx.waiting, key=lambda r: ctx.reqs.prompt[r]))
+        budget, preempted = ctx.schedule_running(ctx.max_num_batched_tokens)
+        if not preempted:
+            ctx.schedule_waiting(budget)
+
+    reqs = make_requests([0.0, 0.001, 0.002, 0.003], [16, 300, 200, 20], [5, 2, 2, 2])
+    res = run_engine(reqs, AffineStepCost(STEP),
+                     EngineParams(num_gpu_blocks=1000, max_num_seqs=2, max_model_len=4096),
+                     policy=shortest_prompt_first)
+    order = np.argsort(res.reqs.t_sched[1:]) + 1
+    np.testing.assert_array_equal(order, [3, 2, 1])
