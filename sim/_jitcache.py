@@ -18,6 +18,7 @@ recompiles them once. This costs a few ``stat`` calls.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from numba import njit
@@ -32,28 +33,65 @@ def sim_jit(fn):
 
 
 _SIM_DIR = Path(__file__).resolve().parent
+_LOCAL_IMPORT = re.compile(r"^\s*from\s+(?:serveplan\.sim)?\.(\w*)\s+import\s+([\w, ()]+)",
+                           re.MULTILINE)
 
 
-def _sources() -> list[Path]:
-    """Every module of the simulator package (any may compile with :func:`sim_jit` and call
-    the others) and the cost kernels they inline."""
+def _roofline() -> Path:
     from serveplan.kernels import roofline
 
-    return sorted(_SIM_DIR.glob("*.py")) + [Path(roofline.__file__)]
+    return Path(roofline.__file__)
+
+
+def _direct_deps(source: Path) -> set[Path]:
+    """Sibling modules (and the cost kernels) that ``source`` imports."""
+    text = source.read_text(encoding="utf-8")
+    deps: set[Path] = set()
+    for module, names in _LOCAL_IMPORT.findall(text):
+        candidates = [module] if module else [n.strip() for n in names.strip("()").split(",")]
+        deps.update(_SIM_DIR / f"{c}.py" for c in candidates if (_SIM_DIR / f"{c}.py").is_file())
+    if "serveplan.kernels" in text:
+        deps.add(_roofline())
+    return deps
+
+
+def _newest_dependency(source: Path, direct: dict[Path, set[Path]]) -> float:
+    """Latest modification time over ``source`` and everything it imports, transitively."""
+    seen, todo, newest = set(), [source], 0.0
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        newest = max(newest, path.stat().st_mtime)
+        todo.extend(direct.get(path, ()))
+    return newest
 
 
 def refresh() -> int:
-    """Delete stale cache files of the simulator modules; returns how many were removed."""
-    try:
-        newest = max(p.stat().st_mtime for p in _sources())
-    except OSError:
-        return 0
+    """Delete stale cache files of the simulator modules; returns how many were removed.
+
+    A module's cache entries are stale when they are older than the module or anything it
+    imports from the simulator package or the cost kernels, transitively.
+    """
     cache_dir = _SIM_DIR / "__pycache__"
     if not cache_dir.is_dir():
         return 0
+    try:
+        sources = sorted(_SIM_DIR.glob("*.py"))
+        direct = {src: _direct_deps(src) for src in sources}
+    except OSError:
+        return 0
     removed = 0
-    for source in _SIM_DIR.glob("*.py"):
-        for path in cache_dir.glob(f"{source.stem}.*.nb[ic]"):
+    for source in sources:
+        entries = list(cache_dir.glob(f"{source.stem}.*.nb[ic]"))
+        if not entries:
+            continue
+        try:
+            newest = _newest_dependency(source, direct)
+        except OSError:
+            continue
+        for path in entries:
             try:
                 if path.stat().st_mtime < newest:
                     path.unlink()
