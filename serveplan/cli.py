@@ -19,6 +19,7 @@ def _register() -> None:
     from serveplan.commands import estimate, simulate  # noqa: F401
     from serveplan.commands import goodput  # noqa: F401
     from serveplan.commands import search  # noqa: F401
+    from serveplan.commands import sweep  # noqa: F401
     from serveplan.commands import calibrate  # noqa: F401
     # isort: on
 
