@@ -67,6 +67,14 @@ class EngineConfig(_Frozen):
         None, ge=0.0, lt=1.0, description="Fraction of blocks kept free when admitting; "
         "default 0 (vLLM v1), 0.01 for prefill-priority (vLLM v0).")
 
+    @model_validator(mode="after")
+    def _budget_holds_seqs(self):
+        mnbt = self.max_num_batched_tokens
+        if mnbt is not None and mnbt < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs "
+                             f"({self.max_num_seqs}), as vLLM requires")
+        return self
+
 
 class InstanceConfig(EngineConfig):
     """One serving instance: model, hardware, parallelism, scheduler and engine knobs."""

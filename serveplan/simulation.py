@@ -96,6 +96,11 @@ def resolve_deployment(deployment: Deployment | dict) -> ResolvedDeployment:
     policy = POLICIES[d.scheduler]
     chunked = d.enable_chunked_prefill and policy != Policy.PREFILL_PRIORITY
     mnbt = d.max_num_batched_tokens or (8192 if chunked else max(max_len, 2048))
+    if not chunked and mnbt < max_len:
+        raise ValueError(
+            f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "
+            f"without chunked prefill ({d.scheduler}) a step must hold a whole prompt; raise "
+            f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
     block_size = d.block_size or default_block_size(oracle.model)
     memory = None
     if d.num_gpu_blocks is not None:

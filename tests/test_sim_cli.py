@@ -169,3 +169,12 @@ def test_bad_values_name_their_field(field, value):
         locs = [".".join(str(p) for p in e["loc"]) for e in exc.errors()]
         leaf = field.rsplit(".", 1)[-1]
         assert any(leaf in loc for loc in locs), (field, value, locs)
+
+
+def test_vllm_startup_checks(cfg_file):
+    r = run(cfg_file, "--max-num-seqs", 512, "--max-num-batched-tokens", 256)
+    assert r.exit_code == 1 and "must be >= max_num_seqs (512)" in r.output
+    r = run(cfg_file, "--scheduler", "prefill-priority", "--max-num-batched-tokens", 2048)
+    assert r.exit_code == 1 and "smaller than max_model_len (4096)" in r.output
+    r = run(cfg_file, "--scheduler", "prefill-priority", "--json")
+    assert r.exit_code == 0, r.output
