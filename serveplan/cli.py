@@ -20,6 +20,7 @@ def _register() -> None:
     from serveplan.commands import goodput  # noqa: F401
     from serveplan.commands import search  # noqa: F401
     from serveplan.commands import sweep  # noqa: F401
+    from serveplan.commands import results  # noqa: F401
     from serveplan.commands import calibrate  # noqa: F401
     # isort: on
 

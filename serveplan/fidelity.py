@@ -95,8 +95,22 @@ def _metrics(rate, seed, fidelity, arrival, prompt_done, finish, output) -> Requ
 
 
 # ----------------------------------------------------------------------------- workloads
+def as_workload(workload):
+    """A workload model from a model or a mapping (a missing ``rate`` is set to 1)."""
+    if isinstance(workload, dict):
+        from pydantic import TypeAdapter
+
+        from serveplan.config import Workload
+
+        if workload.get("kind") in ("poisson", "gamma", "constant"):
+            workload = {"rate": 1.0, **workload}
+        return TypeAdapter(Workload).validate_python(workload)
+    return workload
+
+
 def unit_workload(workload):
     """``workload`` at rate 1 req/s (its unit pattern); errors for closed loops."""
+    workload = as_workload(workload)
     if isinstance(workload, ClosedLoopWorkload):
         raise UserError("goodput needs an open-loop workload (poisson, gamma, constant or a "
                         "trace); a closed loop has no arrival rate to search over")
