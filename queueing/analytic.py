@@ -20,8 +20,9 @@ rates, microseconds per rate. Two architectures:
    batch :math:`B` of the fixed point :math:`B = (\lambda/z)\,(E[L_{out}] - 1)\,t_{step}(B)`
    (:func:`~serveplan.queueing.fixed_point.decode_fixed_point`), so TPOT :math:`= t_{step}(B)`.
 
-TTFT :math:`= W_q + S_p + T_{kv}` (the first token is usable once its KV reached the decode
-instance); its quantile is :math:`w_q + E[S_p] + T_{kv}`.
+TTFT :math:`= W_q + S_p` (the prefill emits the first token, as in vLLM's disaggregated
+serving); its quantile is :math:`w_q + E[S_p]`. The transfer delays the second token, so it
+is spread over the decode: TPOT :math:`= t_{step}(B) + T_{kv} / (E[L_{out}] - 1)`.
 
 **Colocated ("xm")** — each of the :math:`x` instances receives :math:`\lambda / x` and
 interleaves prefills with decode steps. Interference is modelled explicitly:
@@ -360,8 +361,9 @@ def pd_estimate(rates: ArrayLike, n_prefill: int, n_decode: int, prefill: Instan
                                 decode.t_step, decode.max_batch)
     feasible = (rho_p < 1.0) & steady.feasible
     no_decode = decode.decode_tokens == 0
-    tpot = np.where(no_decode, 0.0, steady.tpot)
-    offset = np.full(lam.shape, prefill.prefill_s + kv_transfer_s)
+    tpot = np.where(no_decode, 0.0,
+                    steady.tpot + kv_transfer_s / max(decode.decode_tokens, 1e-12))
+    offset = np.full(lam.shape, prefill.prefill_s)
     ttft = np.where(feasible, wait.mean_wait + offset, np.inf)
     return AnalyticEstimate(
         rates=lam, ttft_mean=ttft, tpot_mean=np.where(feasible, tpot, np.inf),

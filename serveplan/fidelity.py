@@ -7,11 +7,13 @@
 * ``analytic`` -- :mod:`serveplan.queueing.analytic` (no per-request samples; use
   :meth:`PreparedDeployment.analytic` for its percentile estimates);
 * ``request`` -- BestServe's per-request simulators (:mod:`serveplan.sim.request_level`);
-* ``iteration`` -- the event simulator (:func:`serveplan.sim.engine.run_engine`), every engine
-  step scheduled and costed. Colocated deployments only until the engine gains PD.
+* ``iteration`` -- the event simulators, every engine step scheduled and costed:
+  :func:`serveplan.sim.engine.run_engine` (colocated) and :func:`serveplan.sim.pd.run_pd`
+  (disaggregated, with its pull-based KV transfer over the links of :meth:`PreparedDeployment.kv_link`).
 
-``auto`` picks ``iteration`` where the engine supports the deployment and ``request``
-otherwise; :attr:`RequestMetrics.fidelity` says which level produced a result.
+``auto`` is ``iteration``; :attr:`RequestMetrics.fidelity` says which level produced a
+result. All levels measure TTFT at the first token (for PD: the end of the prefill, as
+vLLM's disaggregated serving does) and TPOT over the remaining tokens.
 
 Common random numbers: for each seed the workload is drawn once at rate 1 (the unit
 pattern of :mod:`serveplan.sim.workload`) and every rate divides those arrival times by the
@@ -215,18 +217,11 @@ class Workspace:
 
 
 def resolve_fidelity(fidelity: str, deployment: AnyDeployment) -> str:
-    """The level that will run: ``auto`` becomes ``iteration`` where supported, else
-    ``request``; ``iteration`` on a PD deployment is an error naming the alternative."""
+    """The level that will run: ``auto`` is ``iteration`` (the reference level)."""
     if fidelity not in (*FIDELITIES, "auto"):
         raise UserError(f"fidelity given an invalid value: {fidelity!r} "
                         f"(valid: auto, {', '.join(FIDELITIES)})")
-    pd = isinstance(deployment, PDDeployment)
-    if fidelity == "auto":
-        return "request" if pd else "iteration"
-    if fidelity == "iteration" and pd:
-        raise UserError("the iteration-level simulator has no prefill/decode disaggregation "
-                        "yet; use fidelity 'request' (or 'auto') for PD deployments")
-    return fidelity
+    return "iteration" if fidelity == "auto" else fidelity
 
 
 class PreparedDeployment:
@@ -422,11 +417,51 @@ class PreparedDeployment:
         return _metrics(rate, seed, "request", a, first, finish, o)
 
     # ------------------------------------------------------------------ iteration level
+    def kv_link(self):
+        """The engine's KV link: per-token seconds over NVLink and the scale-out network,
+        instances packed on nodes of ``gpus_per_node`` GPUs (prefill first, then decode)."""
+        from serveplan.sim.pd import KVLink
+
+        d: PDDeployment = self.deployment
+        gpu = self.prefill.oracle.gpu
+        model = self.prefill.oracle.model
+        lanes = max(1, min(d.prefill.tp, d.decode.tp))
+        per_rank = kv_bytes_per_token_layer(model, lanes, d.decode.kv_dtype) * model.num_layers
+        if d.kv_link_bw is not None:
+            lat = d.kv_link_latency_s or 0.0
+            return KVLink.uniform(per_rank / d.kv_link_bw, lat, bytes_per_token=per_rank * lanes,
+                                  num_layers=model.num_layers)
+        nodes, first = [], 0
+        for pool in (d.prefill, d.decode):
+            for _ in range(pool.num_instances):
+                nodes.append(first // gpu.gpus_per_node)
+                first += pool.tp * pool.pp * pool.dp
+        n_p = d.prefill.num_instances
+        return KVLink((per_rank / gpu.scaleup_bw, per_rank / gpu.scaleout_bw),
+                      (gpu.scaleup_latency_s, gpu.scaleout_latency_s), per_rank * lanes,
+                      model.num_layers, tuple(nodes[:n_p]), tuple(nodes[n_p:]))
+
+    def _iteration_pd(self, req: W.Requests, rate: float, seed: int) -> RequestMetrics:
+        from serveplan.sim.pd import PoolSpec, run_pd
+        from serveplan.sim.state import FINISHED_IGNORED
+
+        d: PDDeployment = self.deployment
+        res = run_pd(req, PoolSpec(self.prefill.params, self.prefill.oracle,
+                                   d.prefill.num_instances),
+                     PoolSpec(self.decode.params, self.decode.oracle, d.decode.num_instances),
+                     link=self.kv_link())
+        p, dq = res.p_reqs, res.d_reqs
+        first = np.where(p.status == FINISHED_IGNORED, np.inf, p.t_first)
+        finish = np.where(dq.output > 1, res.pd.t_finish, p.t_finish)
+        return _metrics(rate, seed, "iteration", p.arrival, first, finish, dq.output)
+
     def _iteration_level(self, req: W.Requests, rate: float, seed: int) -> RequestMetrics:
         from serveplan.sim.engine import run_engine
         from serveplan.sim.state import FINISHED_IGNORED
         from serveplan.simulation import ROUTERS
 
+        if self.is_pd:
+            return self._iteration_pd(req, rate, seed)
         d: Deployment = self.deployment
         res = run_engine(req, self.prefill.oracle, self.prefill.params,
                          num_instances=d.num_instances, router=ROUTERS[d.router])

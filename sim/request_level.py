@@ -25,8 +25,9 @@ Differences from the paper's pseudocode, all deliberate:
   ``max_num_seqs`` and its KV (prompt + output tokens, reserved up front) fits, so decode
   boxes never overflow; in PD the decode pool admits in FIFO order to the instance with the
   most free boxes.
-* A PD request is ready for decode when its prefill ends plus its KV transfer time; TTFT is
-  measured at that moment, TPOT covers the decode queueing and the decode.
+* A PD request is ready for decode when its prefill ends plus its KV transfer time. Its first
+  token is emitted by the prefill (TTFT ends there, as in vLLM's disaggregated serving and
+  the iteration-level engine); TPOT covers the transfer, the decode queueing and the decode.
 * No randomness: given the arrivals, the result is deterministic (BestServe shuffles
   instances).
 
@@ -353,7 +354,7 @@ def pd_times(arrival, prompt, output, prefill_tables: CostTables, decode_tables:
              num_prefill: int, num_decode: int, prefill_max_num_seqs: int,
              prefill_max_num_batched_tokens: int, decode_max_num_seqs: int,
              decode_kv_tokens: float, kv_transfer_s, tau: float = 2.5):
-    """Ready-for-decode (first token) and finish times on a ``{y}p{z}d`` deployment.
+    """First-token (prefill end) and finish times on a ``{y}p{z}d`` deployment.
 
     ``kv_transfer_s`` is a scalar or one value per request (seconds added between the end
     of the prefill and the moment the decode pool may take the request).
@@ -373,4 +374,6 @@ def pd_times(arrival, prompt, output, prefill_tables: CostTables, decode_tables:
     _decode_pool(order, ready, p, o, int(num_decode), decode_tables.decode,
                  decode_tables.context_grid, int(decode_max_num_seqs), float(decode_kv_tokens),
                  float(tau), t_start, t_finish)
-    return ready, t_finish
+    one = o <= 1
+    t_finish[one] = done[one]
+    return done, t_finish

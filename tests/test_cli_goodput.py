@@ -50,8 +50,6 @@ def test_goodput_errors_are_one_line(tmp_path):
     closed = {**CFG, "workload": {"kind": "closed-loop", "concurrency": 4}}
     res = CliRunner().invoke(app, ["goodput", str(write(tmp_path, closed))])
     assert res.exit_code == 1 and "open-loop" in res.output
-    pd_iter = {**CFG, "deployment": {"architecture": "pd",
-                                     "prefill": CFG["deployment"], "decode": CFG["deployment"]},
-               "goodput": {"fidelity": "iteration"}}
-    res = CliRunner().invoke(app, ["goodput", str(write(tmp_path, pd_iter))])
-    assert res.exit_code == 1 and "no prefill/decode" in res.output
+    neg = {**CFG, "slo": {"ttft_ms": -1}}
+    res = CliRunner().invoke(app, ["goodput", str(write(tmp_path, neg))])
+    assert res.exit_code == 1 and "slo.ttft_ms" in res.output

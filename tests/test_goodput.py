@@ -66,13 +66,15 @@ def test_iteration_level_goodput_is_bracketed(colocated):
     assert_bracketed(g)
 
 
-def test_pd_runs_at_request_level_until_the_engine_has_pd(pd):
-    g = find_goodput(pd, SLO_P90, fidelity="auto", seeds=(0, 1), rtol=0.05)
-    assert g.fidelity == "request"
+def test_pd_goodput_at_request_and_iteration_levels(pd):
+    g = find_goodput(pd, SLO_P90, fidelity="request", seeds=(0, 1), rtol=0.05)
+    assert g.fidelity == "request" and g.gpus == 2
     assert_bracketed(g)
-    assert g.gpus == 2
-    with pytest.raises(UserError, match="no prefill/decode"):
-        find_goodput(pd, SLO_P90, fidelity="iteration")
+    it = find_goodput(PreparedDeployment(PD, workload(600), seeds=(0,)), SLO_P90,
+                      fidelity="auto", seeds=(0,), rtol=0.05)
+    assert it.fidelity == "iteration"
+    assert_bracketed(it)
+    assert 0.5 * g.rate < it.rate < 2.0 * g.rate
 
 
 def test_analytic_level_returns_the_analytic_goodput(colocated):

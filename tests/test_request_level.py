@@ -103,7 +103,7 @@ def test_decode_boxes_queue_fifo_when_full():
                                 num_decode=1, prefill_max_num_seqs=8,
                                 prefill_max_num_batched_tokens=8192, decode_max_num_seqs=2,
                                 decode_kv_tokens=1e6, kv_transfer_s=0.002, tau=1.0)
-    np.testing.assert_allclose(first, 0.003)  # batch prefill 1 ms + 2 ms transfer
+    np.testing.assert_allclose(first, 0.001)  # batch prefill 1 ms; then 2 ms transfer
     # boxes: b = 0 -> b+ = 1; b = 1 -> b+ = 2 (tau = 1); the third waits for the first box
     np.testing.assert_allclose(finish, [0.103, 0.103, 0.203])
 
