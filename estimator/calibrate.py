@@ -442,10 +442,7 @@ def corrector_factors(df: pd.DataFrame, profile: Profile) -> np.ndarray:
 def _lookup(tables: dict[str, GridTable], family: str, key: str | None, value) -> GridTable | None:
     if key is None:
         return find_table(tables, family)
-    table = find_table(tables, family, **{key: str(value)})
-    if table is None and family == "allreduce":
-        table = find_table(tables, family)
-    return table
+    return find_table(tables, family, **{key: str(value)})
 
 
 def predict_measurements(df: pd.DataFrame, gpu: str | GPUSpec, profile: Profile,

@@ -76,8 +76,9 @@ __all__ = [
 #: Features a corrector of each family may use as axes (the oracle binds all of them).
 FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"),
-    "attention_prefill": ("q_len", "batch_heads", "head_dim", "gqa_ratio"),
-    "attention_decode": ("kv_len", "batch_kv_heads", "gqa_ratio", "head_dim"),
+    "attention_prefill": ("q_len", "batch_heads", "head_dim", "gqa_ratio", "batch", "heads"),
+    "attention_decode": ("kv_len", "batch_kv_heads", "gqa_ratio", "head_dim", "batch",
+                         "kv_heads"),
     "moe": ("tokens_per_expert", "local_experts", "expert_size", "hidden", "expert_inter"),
     "allreduce": ("message_bytes", "num_gpus"),
     "alltoall": ("message_bytes", "num_gpus"),
@@ -99,7 +100,7 @@ AXIS_STEPS: dict[str, float] = {
     "q_len": 1.0, "batch_heads": 1.0, "head_dim": 1.0,
     "kv_len": 1.0, "batch_kv_heads": 1.0, "gqa_ratio": 1.0,
     "tokens_per_expert": 1.0, "local_experts": 1.0, "expert_size": 1.0,
-    "hidden": 1.0, "expert_inter": 1.0,
+    "hidden": 1.0, "expert_inter": 1.0, "batch": 1.0, "heads": 1.0, "kv_heads": 1.0,
     "message_bytes": 1.0, "num_gpus": 1.0,
 }
 
@@ -325,11 +326,24 @@ def pack_runtime(header: list[tuple[int, float, float, int]], values: np.ndarray
     return np.concatenate([np.array(out), np.ravel(values)])
 
 
+FALLBACK_SELECT = {"dtype": "bf16", "kv_dtype": "bf16"}
+
+
 def find_table(tables: dict[str, GridTable], family: str, **select: str) -> GridTable | None:
-    """The first table of ``family`` whose ``select`` agrees with every given key."""
+    """The table of ``family`` whose ``select`` agrees with every given key.
+
+    Without an exact match, a dtype selection falls back to the bf16 table (an fp8 op
+    without its own table is corrected like its 16-bit counterpart, which shares most of
+    its shape effects) and a phase selection to any table of the family.
+    """
     for table in tables.values():
         if table.family == family and all(table.select.get(k) == v for k, v in select.items()):
             return table
+    relaxed = {k: FALLBACK_SELECT[k] for k in select if k in FALLBACK_SELECT}
+    if relaxed and relaxed != select:
+        return find_table(tables, family, **relaxed)
+    if "phase" in select:
+        return find_table(tables, family)
     return None
 
 

@@ -178,7 +178,8 @@ class CostOracle:
             bind = {"q_len": Runtime(K.FEAT_Q_MEAN), "kv_len": Runtime(K.FEAT_KV_MEAN),
                     "batch_heads": Runtime(K.FEAT_BATCH, float(np.log2(hq))),
                     "batch_kv_heads": Runtime(K.FEAT_BATCH, float(np.log2(hkv))),
-                    "head_dim": Static(m.head_dim), "gqa_ratio": Static(hq / hkv)}
+                    "head_dim": Static(m.head_dim), "gqa_ratio": Static(hq / hkv),
+                    "batch": Runtime(K.FEAT_BATCH), "heads": Static(hq), "kv_heads": Static(hkv)}
             family = "attention_prefill" if basis == K.B_ATTN_PREFILL else "attention_decode"
             return find_table(tables, family, kv_dtype=kvdt), bind
         if basis == K.B_MOE:
@@ -190,9 +191,7 @@ class CostOracle:
         if basis == K.B_ALLREDUCE:
             bind = {"message_bytes": Runtime(K.FEAT_TOKENS, float(np.log2(ops[r, K.C_B]))),
                     "num_gpus": Static(par.tp)}
-            table = find_table(tables, "allreduce", phase=phase) \
-                or find_table(tables, "allreduce")
-            return table, bind
+            return find_table(tables, "allreduce", phase=phase), bind
         if basis == K.B_ALLTOALL:
             shift = float(np.log2(ops[r, K.C_B] * par.dp))
             bind = {"message_bytes": Runtime(K.FEAT_TOKENS, shift), "num_gpus": Static(par.ep)}
