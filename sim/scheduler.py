@@ -95,7 +95,7 @@ def schedule_running(pool, inst, reqs, knobs, glob, i, budget, mode):
             continue
         ok = allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new)
         while not ok:
-            victim = preempt_last(pool, inst, reqs, i)
+            victim = preempt_last(pool, inst, reqs, knobs, glob, i)
             preempted = True
             if victim == r:
                 break

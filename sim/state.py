@@ -239,12 +239,21 @@ def find_cached_blocks(pool, inst, reqs, knobs, glob, i, r):
 
 
 @sim_jit
-def _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, upto_tokens):
-    """Register the request's full blocks below ``upto_tokens`` in the prefix cache."""
+def _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, upto_tokens, private):
+    """Register the request's full blocks below ``upto_tokens`` in the prefix cache.
+
+    Blocks with a private hash (see the module docstring) are registered only when
+    ``private`` is set, i.e. when the request is preempted: only the request itself can hit
+    them, and only after its preemption, so registering them then is equivalent to vLLM's
+    registering at allocation, at a fraction of the hashing.
+    """
     if knobs[i, K_PREFIX] == 0:
         return
     bs = knobs[i, K_BLOCK]
     full = upto_tokens // bs
+    if not private:
+        shared = reqs.prompt[r] // bs if glob[G_HASH_BLOCK] > 0 else 0
+        full = min(full, shared)
     for j in range(inst.nhashed[i, s], full):
         cache_block(pool, i, inst.blocks[i, s, j], block_key(reqs, r, j, bs, glob[G_HASH_BLOCK]))
     if full > inst.nhashed[i, s]:
@@ -262,7 +271,7 @@ def allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new):
     for _ in range(need):
         inst.blocks[i, s, inst.nblk[i, s]] = pop_free(pool, i)
         inst.nblk[i, s] += 1
-    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, total)
+    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, total, False)
     return True
 
 
@@ -298,7 +307,7 @@ def allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, waterm
     for k in range(n_hit, total_blocks):
         inst.blocks[i, s, k] = pop_free(pool, i)
     inst.nblk[i, s] = total_blocks
-    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, n_hit * bs + num_new)
+    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, n_hit * bs + num_new, False)
     return True
 
 
@@ -316,12 +325,15 @@ def free_request(pool, inst, reqs, i, r):
 
 
 @sim_jit
-def preempt_last(pool, inst, reqs, i):
-    """Preempt the last-admitted running request (recompute): free its blocks, reset its
-    progress and put it at the front of the waiting queue. Returns its id."""
+def preempt_last(pool, inst, reqs, knobs, glob, i):
+    """Preempt the last-admitted running request (recompute): keep its computed blocks
+    cached, free them, reset its progress and put it at the front of the waiting queue.
+    Returns its id."""
     n = inst.ist[i, I_NRUN] - 1
     r = inst.run[i, n]
     inst.ist[i, I_NRUN] = n
+    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, reqs.slot[r], reqs.computed[r],
+                       True)
     free_request(pool, inst, reqs, i, r)
     reqs.status[r] = PREEMPTED
     reqs.computed[r] = 0
