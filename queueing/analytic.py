@@ -226,9 +226,16 @@ class _WaitLaw:
     prob_wait: np.ndarray
     mean_wait: np.ndarray
 
-    def quantile(self, q: float) -> np.ndarray:
-        md1 = F.md1_wait_quantile(q, np.where(self.kind == 1, self.lam, 0.0), self.service)
-        exp = F.exponential_tail_wait_quantile(q, self.mean_wait, self.prob_wait)
+    def quantile(self, q) -> np.ndarray:
+        """Quantiles at level(s) ``q``: shape ``q.shape + rates.shape`` (one M/D/1 solve)."""
+        q = np.asarray(q, dtype=np.float64)
+        qq = q.reshape(q.shape + (1,) * self.lam.ndim)
+        if np.any(self.kind == 1):
+            md1 = F.md1_wait_quantile(qq, np.where(self.kind == 1, self.lam, 0.0),
+                                      self.service)
+        else:
+            md1 = np.zeros(np.broadcast_shapes(qq.shape, self.lam.shape))
+        exp = F.exponential_tail_wait_quantile(qq, self.mean_wait, self.prob_wait)
         return np.where(self.kind == 1, md1, exp)
 
     def cdf(self, t: np.ndarray) -> np.ndarray:
@@ -299,14 +306,16 @@ class AnalyticEstimate:
             return np.maximum(self.prefill_utilisation, self.decode_utilisation)
         return self.prefill_utilisation + self.decode_utilisation
 
-    def ttft_quantile(self, q: float) -> np.ndarray:
-        """``q``-quantile of TTFT (s): waiting-time quantile + mean service + offsets."""
+    def ttft_quantile(self, q) -> np.ndarray:
+        """``q``-quantile(s) of TTFT (s): waiting-time quantile + mean service + offsets.
+        An array of levels gives shape ``q.shape + rates.shape``."""
         w = self._wait.quantile(q)
         return np.where(self.feasible, w + self._ttft_offset, np.inf)
 
-    def tpot_quantile(self, q: float) -> np.ndarray:
-        """``q``-quantile of TPOT (s); equals the mean at this level (no dispersion)."""
-        return self.tpot_mean.copy()
+    def tpot_quantile(self, q) -> np.ndarray:
+        """``q``-quantile(s) of TPOT (s); equal to the mean at this level (no dispersion)."""
+        q = np.asarray(q, dtype=np.float64)
+        return np.broadcast_to(self.tpot_mean, q.shape + self.tpot_mean.shape).copy()
 
     def ttft_cdf(self, t: float) -> np.ndarray:
         """:math:`P(TTFT \\le t)`."""

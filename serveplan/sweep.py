@@ -40,7 +40,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from serveplan.config import SLO, Deployment, Workload, set_path
+from serveplan.config import SLO, Deployment, TraceWorkload, Workload, set_path
 from serveplan.deployments import PDDeployment, gpus, parse_deployment, strategy_name
 from serveplan.errors import UserError, format_validation_error
 from serveplan.estimator.specs import SpecError
@@ -190,19 +190,19 @@ def _latency_from_samples(m, warmup: float, slo: SLO | None, out: dict) -> None:
         out["slo_attainment"] = float(ok.mean()) if ok.size else float("nan")
 
 
-def _latency_analytic(prep: PreparedDeployment, rate: float, slo: SLO | None,
+def _latency_analytic(est, rate: float, mean_output: float, slo: SLO | None,
                       out: dict) -> None:
-    est = prep.analytic([rate])
     q = (slo.percentile if slo is not None else 90.0) / 100.0
+    levels = np.array([0.5, 0.9, 0.99, q])
     for name, fn in (("ttft", est.ttft_quantile), ("tpot", est.tpot_quantile)):
-        for p in (50, 90, 99):
-            out[f"{name}_p{p}_s"] = float(fn(p / 100.0)[0])
-        out[f"{name}_slo_p_s"] = float(fn(q)[0])
+        v = fn(levels)[:, 0]
+        out.update({f"{name}_p50_s": float(v[0]), f"{name}_p90_s": float(v[1]),
+                    f"{name}_p99_s": float(v[2]), f"{name}_slo_p_s": float(v[3])})
     out["ttft_mean_s"] = float(est.ttft_mean[0])
     out["tpot_mean_s"] = float(est.tpot_mean[0])
     if bool(est.feasible[0]):
         out["throughput_rps"] = rate
-        out["output_tok_s"] = rate * prep.lengths[1].mean
+        out["output_tok_s"] = rate * mean_output
     else:
         out["status"] = "infeasible"
         out["reason"] = (f"utilisation {float(est.utilisation[0]):.3g} >= 1 at "
@@ -222,6 +222,16 @@ def _cell_values(point: SweepPoint, seed: int, ws: Workspace) -> dict:
     except ValidationError as exc:
         out.update(status="invalid", reason="; ".join(format_validation_error(exc)))
         return out
+    if point.fidelity == "analytic" and point.measure == "latency" and not isinstance(
+            cfg.workload, TraceWorkload):
+        # the analytic level does not depend on the seed: cells differing only by seed share it
+        key = (cfg.model_dump_json(exclude={"seed"}), point.warmup)
+        return dict(ws.cached("tables", ("analytic-cell", key),
+                              lambda: _compute(point, seed, cfg, out, ws)))
+    return _compute(point, seed, cfg, out, ws)
+
+
+def _compute(point: SweepPoint, seed: int, cfg: CellConfig, out: dict, ws: Workspace) -> dict:
     d = cfg.deployment
     out.update(architecture="pd" if isinstance(d, PDDeployment) else "colocated",
                strategy=strategy_name(d), gpus=gpus(d))
@@ -241,9 +251,12 @@ def _cell_values(point: SweepPoint, seed: int, ws: Workspace) -> dict:
         return out
     out.update(status="ok", fidelity=level)
     rate = getattr(cfg.workload, "rate", None)
+    est = None
     if rate is not None:
+        key = ("analytic-estimate", cfg.model_dump_json(exclude={"seed", "slo"}))
+        est = ws.cached("tables", key, lambda: prep.analytic([rate]))
         out["arrival_rate"] = float(rate)
-        out["utilisation"] = float(prep.analytic([rate]).utilisation[0])
+        out["utilisation"] = float(est.utilisation[0])
     if point.measure == "goodput":
         if cfg.slo is None:
             out.update(status="invalid", reason="measure goodput needs an slo")
@@ -260,7 +273,7 @@ def _cell_values(point: SweepPoint, seed: int, ws: Workspace) -> dict:
         out.update(status="invalid", reason="measure latency needs workload.rate")
         return out
     elif level == "analytic":
-        _latency_analytic(prep, float(rate), cfg.slo, out)
+        _latency_analytic(est, float(rate), prep.lengths[1].mean, cfg.slo, out)
     else:
         _latency_from_samples(prep.evaluate(float(rate), seed, level), point.warmup,
                               cfg.slo, out)
