@@ -437,6 +437,8 @@ class PreparedDeployment:
                                   num_layers=model.num_layers)
         nodes, first = [], 0
         for pool in (d.prefill, d.decode):
+            if pool is d.decode and getattr(d, "placement", "packed") == "separate":
+                first = -(-first // gpu.gpus_per_node) * gpu.gpus_per_node  # next node
             for _ in range(pool.num_instances):
                 nodes.append(first // gpu.gpus_per_node)
                 first += pool.tp * pool.pp * pool.dp
@@ -450,10 +452,16 @@ class PreparedDeployment:
         from serveplan.sim.state import FINISHED_IGNORED
 
         d: PDDeployment = self.deployment
+        # routing and transfer options the deployment carries (when its model has them)
+        options = {arg: getattr(d, name) for name, arg in (
+            ("router", "router"), ("prefill_router", "prefill_router"),
+            ("assignment", "assignment"), ("layerwise_transfer", "layerwise"),
+            ("prefill_stage", "prefill_stage"), ("prefill_hold", "prefill_hold"))
+            if hasattr(d, name)}
         res = run_pd(req, PoolSpec(self.prefill.params, self.prefill.oracle,
                                    d.prefill.num_instances),
                      PoolSpec(self.decode.params, self.decode.oracle, d.decode.num_instances),
-                     link=self.kv_link())
+                     link=self.kv_link(), **options)
         p, dq = res.p_reqs, res.d_reqs
         first = np.where(p.status == FINISHED_IGNORED, np.inf, p.t_first)
         finish = np.where(dq.output > 1, res.pd.t_finish, p.t_finish)
