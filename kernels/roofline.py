@@ -224,31 +224,22 @@ CORR_HEADER = 4  # packed header entries per dim: feature code, log2 lower edge,
 
 
 @njit(cache=True, inline="always")
-def log_feature(code, lt, agg, ops, r, prm):
+def log_feature(code, t, lt, agg, ops, r, prm):
     """log2 of corrector feature ``code`` for op row ``r`` in this step.
 
-    ``lt`` is log2 of the row's token count (T, or the logit rows R for ``B_ROWS`` rows).
-    ``FEAT_BATCH``, ``FEAT_KV_MEAN`` and ``FEAT_Q_MEAN`` are per request of the row's
-    attention class (``agg[r]``: pairs, kv_read, query tokens, score entries, requests);
-    on a row without requests the batch is ``2**lt`` and the means are 0 (log2 = -inf,
-    which clamps to the lower edge). Rows are indexed rather than sliced so that no
-    array view is made in the hot loop.
+    ``t`` is the row's token count (T, or the logit rows R for ``B_ROWS`` rows) and ``lt``
+    its log2. ``FEAT_BATCH``, ``FEAT_KV_MEAN`` and ``FEAT_Q_MEAN`` are per request of the
+    row's attention class (``agg[r]``: pairs, kv_read, query tokens, score entries,
+    requests); on a row without requests the batch is ``t`` and the means are NaN (which
+    clamps to the lower edge). The features sit in a tuple indexed by the code: one load
+    instead of a chain of data-dependent branches, which cost several times more here.
     """
     if code == FEAT_TOKENS:
         return lt
-    if code == FEAT_N:
-        return np.log2(ops[r, C_X1])
-    if code == FEAT_K:
-        return np.log2(ops[r, C_X2])
     n_req = agg[r, 4]
-    if code == FEAT_BATCH:
-        return np.log2(n_req) if n_req > 0.0 else lt
-    if code == FEAT_KV_MEAN:
-        return np.log2(agg[r, 1] / n_req) if n_req > 0.0 else -np.inf
-    if code == FEAT_Q_MEAN:
-        return np.log2(agg[r, 2] / n_req) if n_req > 0.0 else -np.inf
-    # FEAT_TOK_PER_EXPERT: tokens reaching the EP group x top-k / num_experts
-    return lt + np.log2(prm[P_MOE_TOKENS] * ops[r, C_X2])
+    linear = (t, ops[r, C_X1], ops[r, C_X2], n_req if n_req > 0.0 else t,
+              agg[r, 1] / n_req, agg[r, 2] / n_req, t * prm[P_MOE_TOKENS] * ops[r, C_X2])
+    return np.log2(linear[code])
 
 
 @njit(cache=True, inline="always")
@@ -287,7 +278,7 @@ def _lerp_plane(prm, p, n_last, w_row, w_last):
 
 
 @njit(cache=True, inline="always")
-def correction(prm, off, lt, agg, ops, r):
+def correction(prm, off, t, lt, agg, ops, r):
     """Correction factor of the grid table packed at ``prm[off]`` for op row ``r`` (see above).
 
     Multilinear interpolation over 1-3 log2 axes, as nested linear interpolations (last
@@ -298,16 +289,16 @@ def correction(prm, off, lt, agg, ops, r):
     ndim = int(prm[off])
     h0 = off + 1
     base = h0 + CORR_HEADER * ndim
-    i0, w0 = _axis(prm, h0, log_feature(int(prm[h0]), lt, agg, ops, r, prm))
+    i0, w0 = _axis(prm, h0, log_feature(int(prm[h0]), t, lt, agg, ops, r, prm))
     if ndim == 1:
         return _lerp_last(prm, base + i0, w0)
     h1 = h0 + CORR_HEADER
-    i1, w1 = _axis(prm, h1, log_feature(int(prm[h1]), lt, agg, ops, r, prm))
+    i1, w1 = _axis(prm, h1, log_feature(int(prm[h1]), t, lt, agg, ops, r, prm))
     n1 = int(prm[h1 + 3])
     if ndim == 2:
         return _lerp_plane(prm, base + i0 * n1 + i1, n1, w0, w1)
     h2 = h1 + CORR_HEADER
-    i2, w2 = _axis(prm, h2, log_feature(int(prm[h2]), lt, agg, ops, r, prm))
+    i2, w2 = _axis(prm, h2, log_feature(int(prm[h2]), t, lt, agg, ops, r, prm))
     n2 = int(prm[h2 + 3])
     p = base + (i0 * n1 + i1) * n2 + i2
     v = _lerp_plane(prm, p, n2, w1, w2)
@@ -385,7 +376,7 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
             if corr_off > 0 and t > 0.0:
                 if lT != lT:
                     lT = np.log2(T)
-                t *= correction(prm, corr_off, lT, agg, ops, r)
+                t *= correction(prm, corr_off, T, lT, agg, ops, r)
             comm[mod] += frac * t
             continue
         rows_basis = False
@@ -426,12 +417,11 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
             if rows_basis:
                 if lR != lR:
                     lR = np.log2(R) if R > 0.0 else -np.inf
-                lt = lR
+                t *= correction(prm, corr_off, R, lR, agg, ops, r)
             else:
                 if lT != lT:
                     lT = np.log2(T) if T > 0.0 else -np.inf
-                lt = lT
-            t *= correction(prm, corr_off, lt, agg, ops, r)
+                t *= correction(prm, corr_off, T, lT, agg, ops, r)
         comp[mod] += frac * t
 
 

@@ -109,7 +109,7 @@ def _direct_gemm_pack(table):
 def _kernel_factor(prm, off, m, n, k):
     ops = np.zeros((1, K.N_COLS))
     ops[0, K.C_X1], ops[0, K.C_X2] = n, k
-    return K.correction(prm, off, np.log2(m), np.zeros((1, K.N_AGG)), ops, 0)
+    return K.correction(prm, off, m, np.log2(m), np.zeros((1, K.N_AGG)), ops, 0)
 
 
 def test_kernel_equals_table_exactly_at_grid_nodes():
@@ -158,7 +158,7 @@ def test_specialised_table_equals_stored_table(profile):
     for _ in range(100):
         batch, kv = rng.integers(1, 3000), 2.0 ** rng.uniform(0, 17)
         agg = np.array([[0.0, batch * kv, batch, 0.0, batch]])
-        got = K.correction(prm, 2, 0.0, agg, np.zeros((1, K.N_COLS)), 0)
+        got = K.correction(prm, 2, 1.0, 0.0, agg, np.zeros((1, K.N_COLS)), 0)
         X = np.log2([[kv, batch * hkv, ratio, d]])
         assert got == pytest.approx(table.factor(X)[0], rel=1e-12)
 
