@@ -27,13 +27,18 @@ from serveplan.sweep import SweepSpec, run_sweep
 OUT = Path(__file__).resolve().parent / "results"
 
 
+CPU: list[float] = []  # CPU seconds of the last timed() runs (the machine is shared)
+
+
 def timed(fn, repeat: int) -> tuple[list[float], object]:
     fn()  # warm-up
     runs, last = [], None
+    CPU.clear()
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         last = fn()
         runs.append(time.perf_counter() - t)
+        CPU.append(time.process_time() - c)
     return runs, last
 
 
@@ -50,7 +55,8 @@ def bench_goodput(repeat: int, n: int) -> dict:
     runs, g = timed(run, repeat)
     return {"what": f"goodput, iteration level, 1x llama-3.1-8b/H100, {n} requests x 3 seeds "
             "(sequential), OP2-like 2048/64, P90 TTFT<=500ms TPOT<=50ms",
-            "median_s": statistics.median(runs), "runs_s": runs, "goodput": g.rate,
+            "median_s": statistics.median(runs), "runs_s": runs, "cpu_s": list(CPU),
+            "median_cpu_s": statistics.median(CPU), "goodput": g.rate,
             "interval": [g.low, g.high], "rates_evaluated": len(g.checks),
             "simulations": sum(c.seeds for c in g.checks)}
 
@@ -63,8 +69,8 @@ def bench_search(repeat: int, archs) -> dict:
     st = ds["status"].values
     return {"what": f"search, llama-3.1-70b on 16x H100, {'+'.join(archs)}, TP 1/2/4/8, "
             "iteration-level decisions (2000 requests, up to 2 seeds, rtol 5%)",
-            "median_s": statistics.median(runs), "runs_s": runs,
-            "strategies": int(st.size), "decided": int((st == "decided").sum()),
+            "median_s": statistics.median(runs), "runs_s": runs, "cpu_s": list(CPU),
+            "median_cpu_s": statistics.median(CPU), "strategies": int(st.size), "decided": int((st == "decided").sum()),
             "best": str(ds["name"].values[0])}
 
 
@@ -112,27 +118,33 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="Smaller goodput run, no sweep.")
+    ap.add_argument("--no-sweep", action="store_true",
+                    help="Keep the sweep figures of the last results file.")
     a = ap.parse_args()
     res = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                        "load_avg_at_start": os.getloadavg()}}
     res["goodput_iteration"] = bench_goodput(a.repeat, 2000 if a.quick else 10_000)
     res["search_iteration"] = bench_search(a.repeat, ("colocated", "pd"))
-    if not a.quick:
+    if a.no_sweep and (OUT / "goodput.json").exists():
+        res["sweep"] = json.loads((OUT / "goodput.json").read_text()).get("sweep", [])
+    elif not a.quick:
         res["sweep"] = [bench_sweep(None, "analytic"), bench_sweep(None, "request"),
                         bench_sweep(1, "request"), bench_sweep(2, "request")]
     OUT.mkdir(exist_ok=True)
     (OUT / "goodput.json").write_text(json.dumps(res, indent=2))
     lines = ["# Goodput benchmarks", "", f"Command: `{res['command']}` "
              f"(2 shared cores; load average at start {res['machine']['load_avg_at_start']})",
-             "", "| benchmark | median | runs |", "|---|---|---|"]
+             "", "| benchmark | median wall | median CPU | runs (wall / CPU) |",
+             "|---|---|---|---|"]
     for key in ("goodput_iteration", "search_iteration"):
         r = res[key]
-        lines.append(f"| {r['what']} | {r['median_s']:.2f} s | "
-                     + ", ".join(f"{x:.2f}" for x in r["runs_s"]) + " |")
+        lines.append(f"| {r['what']} | {r['median_s']:.2f} s | {r['median_cpu_s']:.2f} s | "
+                     + ", ".join(f"{x:.2f}/{y:.2f}" for x, y in zip(r["runs_s"], r["cpu_s"],
+                                                                     strict=True)) + " |")
     for r in res.get("sweep", []):
-        lines.append(f"| {r['what']} | {r['cells_per_s']:,.0f} cells/s | "
-                     f"{r['seconds']:.1f} s for {r['cells']} cells |")
+        lines.append(f"| {r['what']} | {r['cells_per_s']:,.0f} cells/s | | "
+                     f"{r['seconds']:.1f} s wall for {r['cells']} cells |")
     (OUT / "goodput.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
