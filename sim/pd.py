@@ -16,16 +16,18 @@ Life of a request
 2. *Prefill* on the prefill instance as in a colocated engine whose requests all have one
    output token. The step that completes the prompt emits the first token: TTFT ends here,
    as in vLLM's disaggregated serving. The KV stays on the prefill instance (its blocks and
-   a slot held) until it has been transferred; a prefill instance holding more finished
-   requests than ``max_num_seqs`` admits fewer new ones (prefill-side backpressure).
+   a slot held) until it has been transferred: its KV blocks bound how much it can hold,
+   and so does ``prefill_hold`` (finished requests held beyond which it admits fewer new
+   ones) -- prefill-side backpressure.
    With *late* assignment the decode router runs now (``tau = now``).
 3. *Pull* (decode-side backpressure, as vLLM's NixlConnector / Frontier's pull-based
    transfer): the request waits in its decode instance's FIFO pull queue until that
    instance allocates KV blocks for the whole prompt (keeping its ``watermark`` free) and
    has a free sequence slot; only then does the transfer start. Pulls happen where vLLM's
-   scheduler would admit a waiting request: right after the decode instance scheduled a
-   step (its running requests got their blocks first), or while it is idle; requests
-   preempted on the decode instance (recomputed locally) go first. With layer-wise transfer
+   scheduler admits waiting requests: when the decode instance schedules a step, after its
+   running requests got their blocks (or when it is idle); requests preempted on the
+   decode instance (recomputed locally) go first. A transfer that takes no time delivers at
+   once and the request joins the step being scheduled (as a synchronous KV load). With layer-wise transfer
    (early assignment only) the request enters the pull queue when its prefill is first
    scheduled and the transfer streams while the prefill runs.
 4. *Transfer* of ``prompt`` tokens of KV over the link between the two instances
@@ -158,7 +160,7 @@ FL_PREFILLED, FL_QUEUED, FL_ASSIGNED = 1, 2, 4
 PREFILL_ROUTERS = {"round-robin": 0, "least-loaded": 1}
 
 PD = namedtuple("PD", [
-    "p_of", "d_of", "t_assign", "tau", "t_kvready", "t_xstart", "t_join", "t_finish",
+    "p_of", "d_of", "t_assign", "tau", "t_kvready", "t_xstart", "t_join", "t_dec1", "t_finish",
     "opt_tok", "opt_req", "flag", "pq_next", "t_delay_end", "dorder",
     "pq_head", "pq_tail", "pq_len", "held", "d_tstart", "p_node", "d_node", "link",
     "t_pre", "gi", "gf",
@@ -475,8 +477,13 @@ def _start_decode(pd, rt, x, p_pool, p_inst, p_reqs, d_pool, d_inst, d_reqs, d_k
     if pd.pq_len[d] > 0:
         _try_pull(pd, rt, x, p_pool, p_inst, p_reqs, d_pool, d_inst, d_reqs, d_knobs, d_glob,
                   d, now, True)
-    if d_inst.ist[d, I_BATCH] == 0:
+    bn = d_inst.ist[d, I_BATCH]
+    if bn == 0:
         return False
+    for j in range(bn):
+        r = d_inst.b_req[d, j]
+        if pd.t_dec1[r] != pd.t_dec1[r]:  # NaN: its first decode step
+            pd.t_dec1[r] = now
     _launch(d_pool, d_inst, d_reqs, d_glob, d_rec, dc, d, now)
     pd.d_tstart[d] = now
     return True
@@ -646,6 +653,63 @@ class KVLink:
         return cls((seconds_per_token, seconds_per_token), (latency_s, latency_s),
                    bytes_per_token, num_layers)
 
+    @classmethod
+    def from_specs(cls, prefill_oracle, decode_oracle, n_prefill: int, n_decode: int, *,
+                   placement: str = "packed", bandwidth: float | None = None,
+                   latency_s: float | None = None) -> KVLink:
+        """The link of a deployment, from its two cost oracles (model, GPU, parallelism).
+
+        KV per token and rank is :func:`~serveplan.estimator.memory.kv_bytes_per_token_layer`
+        times the layers of the rank's pipeline stage (the first stage is the largest);
+        ranks transfer in parallel, so the side with more bytes per rank sets the time.
+        ``bytes_per_token`` is what the decode ranks receive in all.
+
+        Placement: instances take ``tp * pp * dp`` consecutive GPUs, prefill instances
+        first; ``packed`` lets decode instances share the prefill pool's last node (when
+        both pools use the same GPU type), ``separate`` starts them on a fresh node. A pair
+        of instances whose first GPUs share a node uses the scale-up link (NVLink), else
+        the scale-out one. ``bandwidth`` (bytes/s per GPU) and ``latency_s`` override both
+        kinds.
+        """
+        from serveplan.estimator.memory import kv_bytes_per_token_layer
+
+        if placement not in ("packed", "separate"):
+            raise ValueError(f"placement given an invalid value: {placement!r} "
+                             "(valid: packed, separate)")
+
+        def per_rank(o) -> float:
+            layers = -(-o.model.num_layers // o.parallel.pp)
+            return kv_bytes_per_token_layer(o.model, o.parallel.tp, o.kv_dtype) * layers
+
+        po, do = prefill_oracle, decode_oracle
+        rank_bytes = max(per_rank(po), per_rank(do))
+        total = (kv_bytes_per_token_layer(do.model, do.parallel.tp, do.kv_dtype)
+                 * do.model.num_layers * do.parallel.tp)
+        gp, gd = po.gpu, do.gpu
+        up_bw = min(gp.scaleup_bw, gd.scaleup_bw)
+        out_bw = min(gp.scaleout_bw, gd.scaleout_bw)
+        up_lat = max(gp.scaleup_latency_s, gd.scaleup_latency_s)
+        out_lat = max(gp.scaleout_latency_s, gd.scaleout_latency_s)
+        if bandwidth is not None:
+            if not bandwidth > 0:
+                raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+            up_bw = out_bw = float(bandwidth)
+        if latency_s is not None:
+            if not (np.isfinite(latency_s) and latency_s >= 0):
+                raise ValueError(f"latency_s must be a finite number >= 0, got {latency_s!r}")
+            up_lat = out_lat = float(latency_s)
+        g_p = po.parallel.tp * po.parallel.pp * po.parallel.dp
+        g_d = do.parallel.tp * do.parallel.pp * do.parallel.dp
+        gpn = int(gp.gpus_per_node)
+        p_off = np.arange(n_prefill) * g_p
+        start = n_prefill * g_p
+        if placement == "separate" or gp.name != gd.name:
+            start = -(-start // gpn) * gpn
+        d_off = start + np.arange(n_decode) * g_d
+        return cls((rank_bytes / up_bw, rank_bytes / out_bw), (up_lat, out_lat), float(total),
+                   int(do.model.num_layers), tuple(int(v) for v in p_off // gpn),
+                   tuple(int(v) for v in d_off // int(gd.gpus_per_node)))
+
     def table(self) -> np.ndarray:
         return np.array([[self.seconds_per_token[0], self.latency_s[0]],
                          [self.seconds_per_token[1], self.latency_s[1]]], dtype=np.float64)
@@ -772,8 +836,8 @@ def run_pd(requests, prefill: PoolSpec, decode: PoolSpec, *, link: KVLink | None
         SIBYL pending slots per decode instance (default ``max(256, 8 n / n_decode)``,
         at most ``n``).
     prefill_hold : int, optional
-        Finished prefills whose KV a prefill instance may hold beyond ``max_num_seqs``
-        before admitting fewer new ones (default ``max_num_seqs``).
+        Finished prefills whose KV a prefill instance may hold (waiting for their transfer)
+        before it admits fewer new ones (default 256; the instance's KV blocks limit it too).
     record_steps : int
         Capacity of each pool's per-step time series.
     max_steps : int, optional
@@ -829,7 +893,7 @@ def run_pd(requests, prefill: PoolSpec, decode: PoolSpec, *, link: KVLink | None
     p_reqs.status[ignored] = FINISHED_IGNORED
     d_reqs = make_reqs(arrival, prompt, output)
     d_reqs.status[ignored] = FINISHED_IGNORED
-    hold = int(pp_.max_num_seqs if prefill_hold is None else prefill_hold)
+    hold = int(256 if prefill_hold is None else prefill_hold)
     if hold < 0:
         raise ValueError(f"prefill_hold must be >= 0, got {prefill_hold!r}")
     p_slots = pp_.max_num_seqs + hold
@@ -875,7 +939,7 @@ def run_pd(requests, prefill: PoolSpec, decode: PoolSpec, *, link: KVLink | None
     pd = PD(
         p_of=np.full(m, -1, dtype=np.int64), d_of=np.full(m, -1, dtype=np.int64),
         t_assign=nan.copy(), tau=nan.copy(), t_kvready=nan.copy(), t_xstart=nan.copy(),
-        t_join=nan.copy(), t_finish=nan.copy(),
+        t_join=nan.copy(), t_dec1=nan.copy(), t_finish=nan.copy(),
         opt_tok=np.full(m, -1, dtype=np.int8), opt_req=np.full(m, -1, dtype=np.int8),
         flag=np.zeros(m, dtype=np.int64), pq_next=np.full(m, -1, dtype=np.int64),
         t_delay_end=t_delay_end, dorder=dorder,
