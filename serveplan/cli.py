@@ -22,6 +22,7 @@ def _register() -> None:
     from serveplan.commands import sweep  # noqa: F401
     from serveplan.commands import results  # noqa: F401
     from serveplan.commands import calibrate  # noqa: F401
+    from serveplan.commands import compare_routers  # noqa: F401
     # isort: on
 
 

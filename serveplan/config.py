@@ -23,10 +23,18 @@ Every model forbids unknown keys and is immutable; constructing one has no side 
 (files named in it are read only when the simulation runs). Workload variants and length
 distributions are discriminated unions (on ``kind`` and ``dist``).
 
-Extension points: a disaggregated deployment will be another member of the deployment union
-(``architecture: pd`` with ``prefill`` and ``decode`` pools, each an :class:`InstanceConfig`
-plus ``num_instances``); :class:`Deployment` keeps ``architecture: colocated`` as its default
-so existing files stay valid.
+A disaggregated deployment says ``architecture: pd`` and gives ``prefill`` and ``decode``
+pools, each an :class:`InstanceConfig` plus ``num_instances`` (:class:`PDDeployment`)::
+
+    deployment:
+      architecture: pd
+      prefill: {model: qwen3-32b, gpu: h20, num_instances: 4, max_num_seqs: 1}
+      decode:  {model: qwen3-32b, gpu: h20, num_instances: 4}
+      router: sibyl          # round-robin | least-loaded | least-requests | sibyl[-variant]
+      assignment: early      # early (at dispatch) | late (at prefill end)
+
+:class:`Deployment` keeps ``architecture: colocated`` as its default so existing files stay
+valid.
 """
 
 from __future__ import annotations
@@ -35,10 +43,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority"]
 RouterName = Literal["round-robin", "least-outstanding-tokens", "least-requests"]
+DecodeRouterName = Literal["round-robin", "least-loaded", "least-requests", "sibyl", "sibyl-p1",
+                           "sibyl-no-type1", "sibyl-no-type2", "sibyl-no-type3",
+                           "sibyl-reqlevel"]
+DECODE_ROUTER_ALIASES = {"rr": "round-robin", "ils": "least-loaded", "ils-tokens": "least-loaded",
+                         "ils-requests": "least-requests"}
 DTypeName = Literal["bf16", "fp16", "fp8"]
 
 
@@ -98,6 +111,93 @@ class Deployment(InstanceConfig):
     architecture: Literal["colocated"] = "colocated"
     num_instances: int = Field(1, ge=1)
     router: RouterName = "round-robin"
+
+
+class Pool(InstanceConfig):
+    """``num_instances`` identical instances of one role (a PD pool)."""
+
+    num_instances: int = Field(1, ge=1)
+
+
+class FittedThroughputConfig(_Frozen):
+    """SIBYL's fitted decode throughput (Appendix I, Eq. 15): an instance running ``N``
+    requests makes ``TPS(N) = alpha N^2 + beta N + gamma`` tokens/s, split equally; floored
+    at ``min_tps``. Defaults: the paper's H20 / Qwen3-32B fit."""
+
+    kind: Literal["fitted-throughput"] = "fitted-throughput"
+    alpha: float = -0.423
+    beta: float = 44.766
+    gamma: float = -7.753
+    min_tps: float = Field(1.0, gt=0)
+
+
+class SibylConfig(_Frozen):
+    """SIBYL router settings (``papers/sibyl.txt`` §4.2)."""
+
+    delta: float = Field(128.0, gt=0, description="Survival bucket step (tokens).")
+    alpha: float = Field(0.99, gt=0, lt=1, description="EMA weight of the old value (Eq. 4).")
+    max_length: int | None = Field(None, ge=1, description="Longest output resolved; "
+                                   "default: the decode pool's max_model_len.")
+    pending_capacity: int | None = Field(None, ge=1, description="Pending slots per decode "
+                                         "instance (default max(256, 8 n / n_decode)).")
+
+
+class PDDeployment(_Frozen):
+    """Prefill/decode disaggregation: a prefill pool hands KV caches to a decode pool.
+
+    ``router`` binds each request to a decode instance, at dispatch (``assignment: early``)
+    or at its prefill end (``late``); ``prefill_router`` picks its prefill instance. KV moves
+    over NVLink between instances on one node and over the scale-out network otherwise
+    (``placement``: ``packed`` puts the decode pool right after the prefill pool,
+    ``separate`` on its own nodes); ``kv_link_bw`` (bytes/s per GPU) and
+    ``kv_link_latency_s`` override the GPU's links. ``layerwise_transfer`` streams KV while
+    the prefill runs (early assignment only). ``prefill_stage: delay`` replaces the prefill
+    pool by SIBYL's infinite-server delay (each prefill alone, no queueing);
+    ``decode_cost`` may be SIBYL's fitted throughput instead of the cost oracle.
+    ``kv_connector`` names vLLM's KV connector for launch export.
+    """
+
+    architecture: Literal["pd"] = "pd"
+    prefill: Pool
+    decode: Pool
+    router: DecodeRouterName = "round-robin"
+    prefill_router: Literal["least-loaded", "round-robin"] = "least-loaded"
+    assignment: Literal["early", "late"] = "early"
+    layerwise_transfer: bool = False
+    placement: Literal["packed", "separate"] = "packed"
+    kv_link_bw: float | None = Field(None, gt=0)
+    kv_link_latency_s: float | None = Field(None, ge=0)
+    kv_connector: str = "NixlConnector"
+    prefill_stage: Literal["engine", "delay"] = "engine"
+    prefill_hold: int | None = Field(None, ge=0, description="Finished prefills whose KV an "
+                                     "instance holds before admitting fewer (default 256).")
+    decode_cost: Literal["oracle"] | FittedThroughputConfig = "oracle"
+    sibyl: SibylConfig = SibylConfig()
+
+    @field_validator("router", mode="before")
+    @classmethod
+    def _router_alias(cls, v):
+        return DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _layerwise_early(self):
+        if self.layerwise_transfer and self.assignment != "early":
+            raise ValueError("layerwise_transfer needs assignment: early (the decode instance "
+                             "must be known when the prefill starts)")
+        return self
+
+
+def parse_architecture(v):
+    """A deployment mapping validated as :class:`Deployment` or :class:`PDDeployment` by its
+    ``architecture`` (default ``colocated``); models pass through."""
+    if not isinstance(v, dict):
+        return v
+    arch = v.get("architecture", "colocated")
+    if arch == "pd":
+        return PDDeployment.model_validate(v)
+    if arch == "colocated":
+        return Deployment.model_validate(v)
+    raise ValueError(f"architecture given an invalid value: {arch!r} (valid: 'colocated', 'pd')")
 
 
 # ----------------------------------------------------------------------------- lengths
@@ -234,11 +334,16 @@ class SLO(_Frozen):
 class SimulationConfig(_Frozen):
     """Everything ``serveplan simulate`` needs."""
 
-    deployment: Deployment
+    deployment: Deployment | PDDeployment
     workload: Workload
     slo: SLO | None = None
     seed: int = Field(0, ge=0)
     record_steps: int = Field(1 << 16, ge=2, description="Step time-series capacity.")
+
+    @field_validator("deployment", mode="wrap")
+    @classmethod
+    def _architecture(cls, v, handler):
+        return parse_architecture(v) if isinstance(v, dict) else handler(v)
 
 
 # ----------------------------------------------------------------------------- loading

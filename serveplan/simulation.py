@@ -199,6 +199,10 @@ def _trace_requests(w: TraceWorkload, seed: int) -> W.Requests:
 # ----------------------------------------------------------------------------- running
 def run_config(cfg: SimulationConfig) -> xr.Dataset:
     """Simulate a validated :class:`~serveplan.config.SimulationConfig`."""
+    if cfg.deployment.architecture == "pd":
+        from serveplan.pd_simulation import run_pd_config
+
+        return run_pd_config(cfg)
     resolved = resolve_deployment(cfg.deployment)
     requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.params.block_size)
     d = resolved.deployment
@@ -225,8 +229,9 @@ def simulate(deployment: Deployment | dict, workload, seed: int = 0, *,
 
     Parameters
     ----------
-    deployment : Deployment or dict
-        Model, GPU, parallelism, scheduler, router and vLLM engine knobs.
+    deployment : Deployment, PDDeployment or dict
+        Model, GPU, parallelism, scheduler, router and vLLM engine knobs; or, with
+        ``architecture: pd``, prefill and decode pools, a decode router and the KV link.
     workload : a workload model or dict
         ``kind`` poisson / gamma / constant / closed-loop / trace and its fields.
     seed : int

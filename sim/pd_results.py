@@ -6,8 +6,8 @@ The Dataset has the colocated variables (same names, same meaning; see
 * per request: ``prefill_instance``, ``routed_to`` (decode instance), ``assigned_s``,
   ``handoff_estimate_s`` (the router's ``tau``), ``kv_ready_s`` (prefill end, or its start
   with layer-wise transfer), ``transfer_start_s`` (the decode instance admitted the pull),
-  ``kv_arrival_s``, ``decode_start_s`` (its first decode step), ``kv_wait_s`` (backpressure:
-  transfer start - KV ready), ``transfer_s`` (KV arrival - transfer start), ``decode_queue_s``
+  ``kv_arrival_s``, ``decode_start_s`` (its first decode step), ``kv_wait_s`` (transfer start -
+  KV ready: waiting for KV room or a slot on the decode instance, or for its next schedule), ``transfer_s`` (KV arrival - transfer start), ``decode_queue_s``
   (first decode step - first token: waiting for room, transfer and the next step),
   ``kv_bytes`` (KV moved, all ranks) and ``optimal_assignment`` /
   ``optimal_assignment_requests`` (1 if the pre-assigned decode instance had the least
@@ -209,7 +209,7 @@ def summarize_pd(ds: xr.Dataset, slo: dict | None = None) -> dict:
     status = ds["status"].values
     done = (status > PREEMPTED) & (status != FINISHED_IGNORED)
     for name, var in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2el", "e2e_s"),
-                      ("transfer", "transfer_s"), ("kv_wait", "kv_wait_s"),
+                      ("queue", "queue_s"), ("transfer", "transfer_s"), ("kv_wait", "kv_wait_s"),
                       ("decode_queue", "decode_queue_s")):
         _tail(ds[var].values[done], name, s)
     for p in PERCENTILES:

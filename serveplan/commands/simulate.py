@@ -159,7 +159,10 @@ def simulate(
         typer.echo(summary_json(summary))
         return
     console = Console()
-    _print_summary({k: (float("nan") if v is None else v) for k, v in summary.items()},
-                   json.loads(ds.attrs["resolved"]), console)
+    printer = _print_summary
+    if ds.attrs.get("architecture") == "pd":
+        from serveplan.commands.compare_routers import print_pd_summary as printer
+    printer({k: (float("nan") if v is None else v) for k, v in summary.items()},
+            json.loads(ds.attrs["resolved"]), console)
     if out is not None:
         console.print(f"wrote {out}")

@@ -1,0 +1,201 @@
+"""``serveplan compare-routers``: the same arrivals through each router, side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from serveplan.cli import app
+from serveplan.errors import UserError, report_errors
+
+COLOCATED_ROUTERS = ("round-robin", "least-outstanding-tokens", "least-requests")
+COLOCATED_ALIASES = {"rr": "round-robin", "least-loaded": "least-outstanding-tokens",
+                     "ils": "least-outstanding-tokens"}
+COLUMNS = (("mean_tpot_ms", "mean", "{:.1f}"), ("median_tpot_ms", "P50", "{:.1f}"),
+           ("p99_tpot_ms", "P99", "{:.1f}"), ("p99_9_tpot_ms", "P99.9", "{:.1f}"),
+           ("output_throughput", "tok/s", "{:,.0f}"),
+           ("optimal_assignment_ratio", "opt tok", "{:.0%}"),
+           ("optimal_assignment_ratio_requests", "opt req", "{:.0%}"))
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def _canonical(names: list[str], pd: bool) -> list[str]:
+    from serveplan.sim.pd_router import DECODE_ROUTERS, ROUTER_ALIASES
+
+    out = []
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        if pd:
+            name = ROUTER_ALIASES.get(name, name)
+            valid = list(DECODE_ROUTERS) + list(ROUTER_ALIASES)
+        else:
+            name = COLOCATED_ALIASES.get(name, name)
+            valid = list(COLOCATED_ROUTERS) + list(COLOCATED_ALIASES)
+        if name not in (DECODE_ROUTERS if pd else COLOCATED_ROUTERS):
+            kind = "disaggregated" if pd else "colocated"
+            raise UserError(f"--routers given an invalid value for a {kind} deployment: "
+                            f"{raw.strip()!r} (valid: {', '.join(valid)})")
+        out.append(name)
+    if not out:
+        raise UserError("--routers needs at least one router name")
+    return out
+
+
+def _p999(ds) -> float:
+    from serveplan.sim.state import FINISHED_IGNORED, PREEMPTED
+
+    st = ds["status"].values
+    x = ds["tpot_s"].values[(st > PREEMPTED) & (st != FINISHED_IGNORED)]
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, 99.9) * 1e3) if x.size else float("nan")
+
+
+def compare(cfg, routers: list[str]) -> tuple[list[dict], list]:
+    """Run ``cfg``'s requests through each router; ``(summaries, datasets)``."""
+    from serveplan.simulation import build_requests
+
+    pd = cfg.deployment.architecture == "pd"
+    names = _canonical(routers, pd)
+    rows, sets = [], []
+    if pd:
+        from serveplan.pd_simulation import pd_dataset, resolve_pd, run_resolved
+
+        resolved = resolve_pd(cfg.deployment)
+        requests = build_requests(cfg.workload, cfg.seed,
+                                  block_size=resolved.prefill.params.block_size)
+        for name in names:
+            res = run_resolved(resolved, requests, router=name, record_steps=2)
+            ds = pd_dataset(cfg.model_copy(update={"deployment": cfg.deployment.model_copy(
+                update={"router": name})}), resolved, res)
+            rows.append({"router": name, **json.loads(ds.attrs["summary"])})
+            sets.append(ds)
+        return rows, sets
+    from serveplan.sim.engine import run_engine
+    from serveplan.sim.results import summarize, to_dataset
+    from serveplan.simulation import ROUTERS, resolve_deployment
+
+    resolved = resolve_deployment(cfg.deployment)
+    requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.params.block_size)
+    d = resolved.deployment
+    for name in names:
+        res = run_engine(requests, resolved.oracle, resolved.params,
+                         num_instances=d.num_instances, router=ROUTERS[name], record_steps=2)
+        ds = to_dataset(res, attrs={"router": name})
+        slo = cfg.slo.model_dump() if cfg.slo is not None else None
+        s = summarize(ds, slo)
+        s["p99_9_tpot_ms"] = _p999(ds)
+        rows.append({"router": name, **s})
+        sets.append(ds)
+    return rows, sets
+
+
+def print_rows(rows: list[dict], console: Console, title: str) -> None:
+    table = Table(title=title, caption="TPOT in ms; opt: requests whose pre-assigned decode "
+                  "instance was the least loaded at the handoff (by tokens, by requests)")
+    table.add_column("router", no_wrap=True)
+    for _, label, _ in COLUMNS:
+        table.add_column(label, justify="right", no_wrap=True)
+    for row in rows:
+        cells = []
+        for key, _, fmt in COLUMNS:
+            v = row.get(key)
+            cells.append("—" if v is None or v != v else fmt.format(v))
+        table.add_row(row["router"], *cells)
+    console.print(table)
+
+
+def print_pd_summary(summary: dict, resolved: dict, console: Console) -> None:
+    """``serveplan simulate``'s tables for a disaggregated deployment."""
+    p, d = resolved["prefill"], resolved["decode"]
+    title = (f"{resolved['strategy']} · prefill {p['model']} on {p['gpu']} tp={p['tp']} · "
+             f"decode {d['model']} on {d['gpu']} tp={d['tp']} · router {resolved['router']} "
+             f"({resolved['assignment']} assignment)")
+    head = Table(title=title, show_header=False)
+    head.add_column("metric")
+    head.add_column("value", justify="right")
+    for key in ("completed", "failed", "duration_s", "request_throughput", "output_throughput",
+                "total_token_throughput", "mean_itl_ms", "num_preemptions",
+                "kv_bytes_transferred", "optimal_assignment_ratio",
+                "optimal_assignment_ratio_requests", "prefill_mean_batch_size",
+                "prefill_mean_kv_usage", "decode_mean_batch_size", "decode_mean_kv_usage",
+                "decode_requests_per_instance_min", "decode_requests_per_instance_max",
+                "total_steps"):
+        if key in summary:
+            head.add_row(key, _fmt(summary[key]))
+    for key in sorted(k for k in summary if k.startswith("slo_")):
+        head.add_row(key, _fmt(summary[key]))
+    console.print(head)
+    lat = Table(title="latency (ms)")
+    lat.add_column("metric")
+    for col in ("mean", "median", "p99", "p99_9"):
+        lat.add_column(col.replace("_", "."), justify="right")
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
+                        ("queue", "prefill queueing"), ("kv_wait", "wait for decode admission"),
+                        ("transfer", "KV transfer"), ("decode_queue", "first token → decode")):
+        lat.add_row(label, *(_fmt(summary.get(f"{c}_{name}_ms"))
+                             for c in ("mean", "median", "p99", "p99_9")))
+    console.print(lat)
+
+
+@app.command("compare-routers")
+@report_errors
+def compare_routers(
+    config: Path = typer.Argument(..., help="Simulation YAML (colocated or architecture: pd)."),
+    routers: str = typer.Option(
+        "rr,least-loaded,sibyl", "--routers",
+        help="Comma-separated routers. PD: round-robin (rr), least-loaded (ils), "
+        "least-requests, sibyl, sibyl-p1, sibyl-no-type1/2/3, sibyl-reqlevel. Colocated: "
+        "round-robin, least-outstanding-tokens (least-loaded), least-requests."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    out: Path | None = typer.Option(None, "--out", "-o",
+                                    help="Write per-request results (router dim) as NetCDF."),
+    seed: int | None = typer.Option(None, "--seed", min=0, help="Workload seed."),
+    rate: float | None = typer.Option(None, "--rate", help="Arrival rate, requests/s."),
+    requests: int | None = typer.Option(None, "--requests", "-n", help="Number of requests."),
+    set_: list[str] = typer.Option([], "--set",
+                                   help="Any config field: --set deployment.assignment=late."),
+) -> None:
+    """Run the same arrivals through each router; print TPOT percentiles, throughput and
+    the optimal-assignment ratio side by side."""
+    import xarray as xr
+
+    from serveplan.commands.simulate import _parse_set, resolve_overrides
+    from serveplan.config import SimulationConfig, read_yaml
+
+    data = resolve_overrides(read_yaml(config), rate=rate, requests=requests, seed=seed,
+                             sets=_parse_set(set_))
+    cfg = SimulationConfig.model_validate(data)
+    rows, sets = compare(cfg, routers.split(","))
+    if out is not None:
+        keep = [v for v in sets[0].data_vars if sets[0][v].dims == ("request",)]
+        merged = xr.concat([ds[keep] for ds in sets], dim="router", coords="minimal",
+                           compat="override", combine_attrs="drop_conflicts")
+        merged = merged.assign_coords(router=[r["router"] for r in rows])
+        merged.attrs["rows"] = json.dumps(rows, default=float)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        merged.to_netcdf(out, engine="h5netcdf")
+    if as_json:
+        clean = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+                 for r in rows]
+        typer.echo(json.dumps(clean, indent=2, default=float))
+        return
+    console = Console()
+    kind = "disaggregated" if cfg.deployment.architecture == "pd" else "colocated"
+    n = rows[0].get("completed", 0)
+    print_rows(rows, console, f"TPOT of {kind} routers · {n} requests · seed {cfg.seed}")
+    if out is not None:
+        console.print(f"wrote {out}")
