@@ -129,6 +129,8 @@ class FittedThroughputConfig(_Frozen):
     beta: float = 44.766
     gamma: float = -7.753
     min_tps: float = Field(1.0, gt=0)
+    plateau: bool = Field(False, description="Hold TPS at its peak beyond the peak's batch "
+                          "size (the paper's prose) instead of the raw quadratic (its simulator).")
 
 
 class SibylConfig(_Frozen):

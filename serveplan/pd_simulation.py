@@ -86,7 +86,7 @@ def resolve_pd(deployment: PDDeployment | dict) -> ResolvedPD:
     cost = dec.oracle
     if not isinstance(d.decode_cost, str):
         c = d.decode_cost
-        cost = FittedThroughputCost(c.alpha, c.beta, c.gamma, c.min_tps)
+        cost = FittedThroughputCost(c.alpha, c.beta, c.gamma, c.min_tps, c.plateau)
     return ResolvedPD(d, pre, dec, link, cost)
 
 

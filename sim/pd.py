@@ -177,13 +177,16 @@ class FittedThroughputCost:
     tokens/s in total, split equally among them (Algorithm 3: ``v = TPS(N) / N``); as an
     engine step every request gains one token and the step takes ``N / TPS(N)`` seconds.
     ``TPS`` is floored at ``min_tps`` (the H20 quadratic turns negative beyond ``N`` ~ 106).
-    Defaults: the paper's H20 / Qwen3-32B fit. Prices decode pools only.
+    With ``plateau`` it stays at its peak beyond the peak's batch size instead (the paper
+    describes the curve as "plateauing due to memory bandwidth saturation"; its simulator
+    uses the quadratic). Defaults: the paper's H20 / Qwen3-32B fit. Prices decode pools only.
     """
 
     alpha: float = -0.423
     beta: float = 44.766
     gamma: float = -7.753
     min_tps: float = 1.0
+    plateau: bool = False
 
     def __post_init__(self) -> None:
         for name in ("alpha", "beta", "gamma"):
@@ -192,9 +195,16 @@ class FittedThroughputCost:
         if not (np.isfinite(self.min_tps) and self.min_tps > 0):
             raise ValueError(f"min_tps must be a finite number > 0, got {self.min_tps!r}")
 
+    @property
+    def peak_n(self) -> float:
+        """Batch size at which the quadratic peaks (inf if it never does)."""
+        return -self.beta / (2 * self.alpha) if self.alpha < 0 else np.inf
+
     def tps(self, n):
         """Total tokens/s of an instance running ``n`` requests (floored)."""
         n = np.asarray(n, dtype=np.float64)
+        if self.plateau:
+            n = np.minimum(n, self.peak_n)
         return np.maximum(self.alpha * n * n + self.beta * n + self.gamma, self.min_tps)
 
     def step_time(self, n):
@@ -206,7 +216,8 @@ class FittedThroughputCost:
 def _pool_cost(cost) -> Cost:
     if isinstance(cost, FittedThroughputCost):
         z1, z2 = np.zeros(1), np.zeros((1, 1))
-        flags = np.array([2.0, cost.alpha, cost.beta, cost.gamma, cost.min_tps])
+        flags = np.array([2.0, cost.alpha, cost.beta, cost.gamma, cost.min_tps,
+                          cost.peak_n if cost.plateau else np.inf])
         return Cost(flags, z2, z2.copy(), z1, z1.copy(), z2.copy(), z1.copy(), z1.copy())
     return Cost(*_cost_arrays(cost))
 
@@ -215,7 +226,8 @@ def _pool_cost(cost) -> Cost:
 def _step_seconds(c, inst, i, bn, tokens):
     f = c.flags
     if f[0] == 2.0:
-        tps = f[1] * bn * bn + f[2] * bn + f[3]
+        m = bn if bn < f[5] else f[5]
+        tps = f[1] * m * m + f[2] * m + f[3]
         return bn / (tps if tps > f[4] else f[4])
     if f[0] > 0.0:
         return f[1] + f[2] * tokens + f[3] * bn

@@ -14,7 +14,10 @@ ends (*late*). Routers are chosen by an int code; :func:`route_decode` dispatche
   instance with the least *projected* load at the handoff moment ``tau``
   (:func:`serveplan.kernels.sibyl.projected_loads`, SIBYL Eq. 1, 6-8).
 
-Ties go to the lowest index.
+Ties are broken in rotation: the scan for the least loaded instance starts one instance
+further at each decision (so idle instances fill in round-robin order instead of all new
+requests landing on instance 0 -- which matters when many loads are equal, e.g. SIBYL without
+its Type 1 term, whose loads are all zero when nothing is pending).
 
 SIBYL state (:data:`RouterState`)
 ---------------------------------
@@ -273,12 +276,22 @@ def on_finish(rt, r, d, prompt, n_out_before):
 
 # ------------------------------------------------------------------------ decisions
 @sim_jit
-def _argmin_int(a):
-    best = 0
-    for j in range(1, a.shape[0]):
+def _argmin_int(a, start):
+    """Least entry of ``a``; among equal ones the first at or after ``start`` (cyclically)."""
+    n = a.shape[0]
+    best = start % n
+    for k in range(1, n):
+        j = (start + k) % n
         if a[j] < a[best]:
             best = j
     return best
+
+
+@sim_jit
+def _next_start(rt):
+    s = rt.ip[R_RR]
+    rt.ip[R_RR] = s + 1
+    return s
 
 
 @sim_jit
@@ -294,7 +307,16 @@ def sibyl_decide(rt, now, tau):
                     rt.act_count, rt.act_lin, rt.act_len, rt.act_rate,
                     rt.pend_count, rt.pend_lin, rt.pend_start, rt.ip[R_FLAGS], rt.loads)
     j = argmin_load(rt.loads, rt.eligible)
-    return j if j >= 0 else _argmin_int(rt.pend_count)
+    start = _next_start(rt)
+    if j < 0:
+        return _argmin_int(rt.pend_count, start)
+    n = rt.loads.shape[0]
+    low = rt.loads[j]
+    for k in range(n):
+        i = (start + k) % n
+        if rt.eligible[i] and rt.loads[i] == low:
+            return i
+    return j
 
 
 @sim_jit
@@ -305,14 +327,12 @@ def route_decode(rt, now, tau):
     if nd == 1:
         return 0
     if code == D_LEAST_TOKENS:
-        return _argmin_int(rt.occ)
+        return _argmin_int(rt.occ, _next_start(rt))
     if code == D_LEAST_REQUESTS:
-        return _argmin_int(rt.nact)
+        return _argmin_int(rt.nact, _next_start(rt))
     if code == D_SIBYL:
         return sibyl_decide(rt, now, tau)
-    j = rt.ip[R_RR] % nd
-    rt.ip[R_RR] += 1
-    return j
+    return _next_start(rt) % nd
 
 
 @sim_jit

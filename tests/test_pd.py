@@ -211,6 +211,9 @@ def test_fitted_throughput_decode_steps(pd_compiled):
     cost = FittedThroughputCost()
     assert cost.tps(1) == pytest.approx(-0.423 + 44.766 - 7.753)
     assert cost.tps(200) == cost.min_tps
+    flat = FittedThroughputCost(plateau=True)
+    assert flat.tps(200) == pytest.approx(flat.tps(flat.peak_n))
+    assert flat.tps(200) == pytest.approx(1176.64, abs=0.01)
     req = generate_requests(120, PoissonArrivals(4.0), Uniform(50, 300), Uniform(2, 200), seed=8)
     ds = _ds(run_pd(req, PoolSpec(AMPLE, AffineStepCost(0.05)), PoolSpec(AMPLE, cost, 2)))
     dec = ds["role"].values[ds["step_instance"].values] == "decode"
