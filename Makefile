@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean profiles accuracy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,9 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/serveplan estimate --model llama-3.1-8b --gpu h100 --tp 1 --phase decode --batch 64 --context-len 2048
-	$(BIN)/serveplan estimate --model llama-3.1-8b --gpu h100 --tp 1 --phase prefill --batch 1 --input-len 2048
-	$(BIN)/serveplan memory --model llama-3.1-8b --gpu h100 --tp 1
+	$(BIN)/serveplan search --model llama-3.1-8b --gpu h100 --gpus 8 --isl 2048 --osl 64 --ttft 1.5 --tpot 0.07
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -25,6 +23,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_oracle.py
+
+profiles: $(STAMP)
+	$(BIN)/python -m serveplan.estimator.calibrate --all
+
+accuracy: $(STAMP)
+	$(BIN)/python bench/accuracy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
