@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from serveplan.cli import app
+from serveplan.commands.app import app
 from serveplan.errors import UserError, report_errors
 
 

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from serveplan.cli import app
+from serveplan.commands.app import app
+from serveplan.commands.common import parse_set, resolve_overrides
 from serveplan.errors import UserError, report_errors
 
 COLOCATED_ROUTERS = ("round-robin", "least-outstanding-tokens", "least-requests")
@@ -21,14 +22,6 @@ COLUMNS = (("mean_tpot_ms", "mean", "{:.1f}"), ("median_tpot_ms", "P50", "{:.1f}
            ("output_throughput", "tok/s", "{:,.0f}"),
            ("optimal_assignment_ratio", "opt tok", "{:.0%}"),
            ("optimal_assignment_ratio_requests", "opt req", "{:.0%}"))
-
-
-def _fmt(v) -> str:
-    if v is None or (isinstance(v, float) and v != v):
-        return "—"
-    if isinstance(v, float):
-        return f"{v:,.2f}"
-    return f"{v:,}" if isinstance(v, int) else str(v)
 
 
 def _canonical(names: list[str], pd: bool) -> list[str]:
@@ -118,39 +111,6 @@ def print_rows(rows: list[dict], console: Console, title: str) -> None:
     console.print(table)
 
 
-def print_pd_summary(summary: dict, resolved: dict, console: Console) -> None:
-    """``serveplan simulate``'s tables for a disaggregated deployment."""
-    p, d = resolved["prefill"], resolved["decode"]
-    title = (f"{resolved['strategy']} · prefill {p['model']} on {p['gpu']} tp={p['tp']} · "
-             f"decode {d['model']} on {d['gpu']} tp={d['tp']} · router {resolved['router']} "
-             f"({resolved['assignment']} assignment)")
-    head = Table(title=title, show_header=False)
-    head.add_column("metric")
-    head.add_column("value", justify="right")
-    for key in ("completed", "failed", "duration_s", "request_throughput", "output_throughput",
-                "total_token_throughput", "mean_itl_ms", "num_preemptions",
-                "kv_bytes_transferred", "optimal_assignment_ratio",
-                "optimal_assignment_ratio_requests", "prefill_mean_batch_size",
-                "prefill_mean_kv_usage", "decode_mean_batch_size", "decode_mean_kv_usage",
-                "decode_requests_per_instance_min", "decode_requests_per_instance_max",
-                "total_steps"):
-        if key in summary:
-            head.add_row(key, _fmt(summary[key]))
-    for key in sorted(k for k in summary if k.startswith("slo_")):
-        head.add_row(key, _fmt(summary[key]))
-    console.print(head)
-    lat = Table(title="latency (ms)")
-    lat.add_column("metric")
-    for col in ("mean", "median", "p99", "p99_9"):
-        lat.add_column(col.replace("_", "."), justify="right")
-    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
-                        ("queue", "prefill queueing"), ("kv_wait", "wait for decode admission"),
-                        ("transfer", "KV transfer"), ("decode_queue", "first token → decode")):
-        lat.add_row(label, *(_fmt(summary.get(f"{c}_{name}_ms"))
-                             for c in ("mean", "median", "p99", "p99_9")))
-    console.print(lat)
-
-
 @app.command("compare-routers")
 @report_errors
 def compare_routers(
@@ -173,11 +133,10 @@ def compare_routers(
     the optimal-assignment ratio side by side."""
     import xarray as xr
 
-    from serveplan.commands.simulate import _parse_set, resolve_overrides
     from serveplan.config import SimulationConfig, read_yaml
 
     data = resolve_overrides(read_yaml(config), rate=rate, requests=requests, seed=seed,
-                             sets=_parse_set(set_))
+                             sets=parse_set(set_))
     cfg = SimulationConfig.model_validate(data)
     rows, sets = compare(cfg, routers.split(","))
     if out is not None:

@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from serveplan.cli import app
+from serveplan.commands.app import app
+from serveplan.commands.common import parse_set
 from serveplan.errors import report_errors
 
 
@@ -78,7 +79,6 @@ def goodput(
     set_: list[str] = typer.Option([], "--set", help="Any config field: --set seed=3."),
 ) -> None:
     """Find the goodput (max req/s meeting the SLO) with a confidence interval."""
-    from serveplan.commands.simulate import _parse_set
     from serveplan.config import read_yaml, set_path
     from serveplan.goodput import GoodputConfig, run_goodput
     from serveplan.results_io import write_netcdf
@@ -91,7 +91,7 @@ def goodput(
              "slo.ttft_ms": None if ttft is None else ttft * 1e3,
              "slo.tpot_ms": None if tpot is None else tpot * 1e3}
     for key, value in {**{k: v for k, v in flags.items() if v is not None},
-                       **_parse_set(set_)}.items():
+                       **parse_set(set_)}.items():
         data = set_path(data, key, value)
     cfg = GoodputConfig.model_validate(data)
     g = run_goodput(cfg)

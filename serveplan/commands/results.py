@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from serveplan.cli import app
+from serveplan.commands.app import app
 from serveplan.errors import UserError, report_errors
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 import typer
-import yaml
 from rich.console import Console
-from rich.table import Table
 
-from serveplan.cli import app
-from serveplan.errors import UserError, report_errors
+from serveplan.commands.app import app
+from serveplan.commands.common import parse_set, print_summary, resolve_overrides
+from serveplan.errors import report_errors
 
 
 class SchedulerOpt(str, Enum):
@@ -26,87 +24,6 @@ class RouterOpt(str, Enum):
     round_robin = "round-robin"
     least_outstanding_tokens = "least-outstanding-tokens"
     least_requests = "least-requests"
-
-
-def _parse_set(items: list[str]) -> dict[str, Any]:
-    """``key.path=value`` pairs; values are YAML scalars (``8``, ``true``, ``1e-3``, text)."""
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set expects key.path=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
-    return out
-
-
-def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
-                      concurrency=None, isl=None, osl=None, seed=None, scheduler=None,
-                      router=None, num_instances=None, num_gpu_blocks=None, max_num_seqs=None,
-                      max_num_batched_tokens=None, sets: dict | None = None) -> dict:
-    """Apply CLI overrides to the file's mapping (file < flags < ``--set``).
-
-    ``--trace`` turns the workload into a trace workload and ``--concurrency`` into a
-    closed loop, keeping the fields the new kind accepts (e.g. ``num_requests``).
-    """
-    from serveplan.config import set_path, switch_workload_kind
-
-    workload = dict(data.get("workload") or {})
-    if trace is not None:
-        was_trace = workload.get("kind") == "trace"
-        workload = switch_workload_kind(workload, "trace")
-        workload["path"] = str(trace)
-        if not was_trace:  # a synthetic rate is not a replay rate: replay the timestamps
-            workload.pop("rate", None)
-    if concurrency is not None:
-        workload = switch_workload_kind(workload, "closed-loop")
-        workload["concurrency"] = concurrency
-    for key, value in (("rate", rate), ("num_requests", requests), ("time_scale", time_scale),
-                       ("isl", isl), ("osl", osl)):
-        if value is not None:
-            workload[key] = value
-    data = {**data, "workload": workload} if workload or "workload" in data else dict(data)
-    flags = {"seed": seed, "deployment.scheduler": scheduler, "deployment.router": router,
-             "deployment.num_instances": num_instances,
-             "deployment.num_gpu_blocks": num_gpu_blocks,
-             "deployment.max_num_seqs": max_num_seqs,
-             "deployment.max_num_batched_tokens": max_num_batched_tokens}
-    for key, value in {**{k: v for k, v in flags.items() if v is not None},
-                       **(sets or {})}.items():
-        data = set_path(data, key, value.value if isinstance(value, Enum) else value)
-    return data
-
-
-def _fmt(v) -> str:
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return "—" if v != v else f"{v:,.2f}"
-    return f"{v:,}" if isinstance(v, int) else str(v)
-
-
-def _print_summary(summary: dict, resolved: dict, console: Console) -> None:
-    title = (f"{resolved['model']} on {resolved['gpu']} tp={resolved['tp']} · "
-             f"{resolved['num_instances']}× {resolved['scheduler']} · "
-             f"{resolved['usable_kv_blocks']:,} KV blocks of {resolved['block_size']}")
-    head = Table(title=title, show_header=False)
-    head.add_column("metric")
-    head.add_column("value", justify="right")
-    for key in ("completed", "failed", "duration_s", "request_throughput", "output_throughput",
-                "total_token_throughput", "mean_itl_ms", "num_preemptions", "prefix_hit_rate",
-                "mean_batch_size", "mean_kv_usage", "max_kv_usage", "total_steps"):
-        head.add_row(key, _fmt(summary[key]))
-    for key in sorted(k for k in summary if k.startswith("slo_")):
-        head.add_row(key, _fmt(summary[key]))
-    console.print(head)
-    lat = Table(title="latency (ms)")
-    lat.add_column("metric")
-    for col in ("mean", "median", "p90", "p99"):
-        lat.add_column(col, justify="right")
-    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
-                        ("queue", "queueing delay"), ("max_itl", "max ITL per request")):
-        lat.add_row(label, *(_fmt(summary[f"{p}_{name}_ms"])
-                             for p in ("mean", "median", "p90", "p99")))
-    console.print(lat)
 
 
 @app.command()
@@ -148,7 +65,7 @@ def simulate(
         concurrency=concurrency, isl=isl, osl=osl, seed=seed, scheduler=scheduler,
         router=router, num_instances=num_instances, num_gpu_blocks=num_gpu_blocks,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        sets=_parse_set(set_))
+        sets=parse_set(set_))
     cfg = SimulationConfig.model_validate(data)
     ds = run_config(cfg)
     summary = json.loads(ds.attrs["summary"])
@@ -159,10 +76,8 @@ def simulate(
         typer.echo(summary_json(summary))
         return
     console = Console()
-    printer = _print_summary
-    if ds.attrs.get("architecture") == "pd":
-        from serveplan.commands.compare_routers import print_pd_summary as printer
-    printer({k: (float("nan") if v is None else v) for k, v in summary.items()},
-            json.loads(ds.attrs["resolved"]), console)
+    print_summary({k: (float("nan") if v is None else v) for k, v in summary.items()},
+                  json.loads(ds.attrs["resolved"]), console,
+                  pd=ds.attrs.get("architecture") == "pd")
     if out is not None:
         console.print(f"wrote {out}")

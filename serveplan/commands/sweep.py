@@ -15,7 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from serveplan.cli import app
+from serveplan.commands.app import app
 from serveplan.errors import UserError, report_errors
 
 

@@ -1,0 +1,130 @@
+"""Helpers shared by several commands: ``--set``/flag overrides and the summary tables.
+
+Command modules import from here and never from one another (no import cycles).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from serveplan.errors import UserError
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``key.path=value`` pairs; values are YAML scalars (``8``, ``true``, ``1e-3``, text)."""
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set expects key.path=value, got {item!r}")
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+    return out
+
+
+def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
+                      concurrency=None, isl=None, osl=None, seed=None, scheduler=None,
+                      router=None, num_instances=None, num_gpu_blocks=None, max_num_seqs=None,
+                      max_num_batched_tokens=None, sets: dict | None = None) -> dict:
+    """Apply CLI overrides to the file's mapping (file < flags < ``--set``).
+
+    ``--trace`` turns the workload into a trace workload and ``--concurrency`` into a
+    closed loop, keeping the fields the new kind accepts (e.g. ``num_requests``).
+    """
+    from serveplan.config import set_path, switch_workload_kind
+
+    workload = dict(data.get("workload") or {})
+    if trace is not None:
+        was_trace = workload.get("kind") == "trace"
+        workload = switch_workload_kind(workload, "trace")
+        workload["path"] = str(trace)
+        if not was_trace:  # a synthetic rate is not a replay rate: replay the timestamps
+            workload.pop("rate", None)
+    if concurrency is not None:
+        workload = switch_workload_kind(workload, "closed-loop")
+        workload["concurrency"] = concurrency
+    for key, value in (("rate", rate), ("num_requests", requests), ("time_scale", time_scale),
+                       ("isl", isl), ("osl", osl)):
+        if value is not None:
+            workload[key] = value
+    data = {**data, "workload": workload} if workload or "workload" in data else dict(data)
+    flags = {"seed": seed, "deployment.scheduler": scheduler, "deployment.router": router,
+             "deployment.num_instances": num_instances,
+             "deployment.num_gpu_blocks": num_gpu_blocks,
+             "deployment.max_num_seqs": max_num_seqs,
+             "deployment.max_num_batched_tokens": max_num_batched_tokens}
+    for key, value in {**{k: v for k, v in flags.items() if v is not None},
+                       **(sets or {})}.items():
+        data = set_path(data, key, value.value if isinstance(value, Enum) else value)
+    return data
+
+
+def fmt(v) -> str:
+    """A summary value as table text: ``—`` for missing/NaN, ``yes``/``no`` for flags."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return "—" if v != v else f"{v:,.2f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+_HEAD = ("completed", "failed", "duration_s", "request_throughput", "output_throughput",
+         "total_token_throughput", "mean_itl_ms", "num_preemptions")
+_COLOCATED = {
+    "head": (*_HEAD, "prefix_hit_rate", "mean_batch_size", "mean_kv_usage", "max_kv_usage",
+             "total_steps"),
+    "stats": ("mean", "median", "p90", "p99"),
+    "latency": (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
+                ("queue", "queueing delay"), ("max_itl", "max ITL per request")),
+}
+_PD = {
+    "head": (*_HEAD, "kv_bytes_transferred", "optimal_assignment_ratio",
+             "optimal_assignment_ratio_requests", "prefill_mean_batch_size",
+             "prefill_mean_kv_usage", "decode_mean_batch_size", "decode_mean_kv_usage",
+             "decode_requests_per_instance_min", "decode_requests_per_instance_max",
+             "total_steps"),
+    "stats": ("mean", "median", "p99", "p99_9"),
+    "latency": (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
+                ("queue", "prefill queueing"), ("kv_wait", "wait for decode admission"),
+                ("transfer", "KV transfer"), ("decode_queue", "first token → decode")),
+}
+
+
+def summary_title(resolved: dict, *, pd: bool) -> str:
+    """The deployment line above the summary table."""
+    if pd:
+        p, d = resolved["prefill"], resolved["decode"]
+        return (f"{resolved['strategy']} · prefill {p['model']} on {p['gpu']} tp={p['tp']} · "
+                f"decode {d['model']} on {d['gpu']} tp={d['tp']} · router {resolved['router']} "
+                f"({resolved['assignment']} assignment)")
+    return (f"{resolved['model']} on {resolved['gpu']} tp={resolved['tp']} · "
+            f"{resolved['num_instances']}× {resolved['scheduler']} · "
+            f"{resolved['usable_kv_blocks']:,} KV blocks of {resolved['block_size']}")
+
+
+def print_summary(summary: dict, resolved: dict, console: Console, *, pd: bool = False) -> None:
+    """``serveplan simulate``'s tables (headline metrics, then latency percentiles) for a
+    colocated (``pd=False``) or disaggregated (``pd=True``) deployment."""
+    layout = _PD if pd else _COLOCATED
+    head = Table(title=summary_title(resolved, pd=pd), show_header=False)
+    head.add_column("metric")
+    head.add_column("value", justify="right")
+    for key in layout["head"]:
+        if key in summary:
+            head.add_row(key, fmt(summary[key]))
+    for key in sorted(k for k in summary if k.startswith("slo_")):
+        head.add_row(key, fmt(summary[key]))
+    console.print(head)
+    lat = Table(title="latency (ms)")
+    lat.add_column("metric")
+    for stat in layout["stats"]:
+        lat.add_column(stat.replace("_", "."), justify="right")
+    for name, label in layout["latency"]:
+        lat.add_row(label, *(fmt(summary.get(f"{stat}_{name}_ms")) for stat in layout["stats"]))
+    console.print(lat)
