@@ -91,9 +91,9 @@ def bench_run(n: int, repeats: int, rate: float) -> dict:
         t = time.perf_counter()
         res = run_pd(req, prefill, decode, link=link, router="sibyl", record_steps=1 << 14)
         times.append(time.perf_counter() - t)
-    from serveplan.sim.pd_results import summarize_pd, to_pd_dataset
+    from serveplan.sim.results import summarize, to_dataset
 
-    s = summarize_pd(to_pd_dataset(res))
+    s = summarize(to_dataset(res))
     return {"requests": n, "rate": rate, "prefill_instances": 64, "decode_instances": 256,
             "model": "llama-3.1-8b", "gpu": "h100", "router": "sibyl",
             "isl": "lognormal mean 512 sigma 0.8 cap 4096",

@@ -46,7 +46,7 @@ from scipy.optimize import brentq
 from serveplan.estimator.oracle import CostOracle
 from serveplan.sim.engine import EngineParams
 from serveplan.sim.pd import FittedThroughputCost, PoolSpec, run_pd
-from serveplan.sim.pd_results import summarize_pd, to_pd_dataset
+from serveplan.sim.results import summarize, to_dataset
 from serveplan.sim.workload import LogNormal, PoissonArrivals, Requests
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -147,8 +147,8 @@ def run_one(dataset: str, n_decode: int, rate_frac: float, router: str, n: int, 
     res = run_pd(req, prefill, decode, router=router, prefill_stage="delay",
                  sibyl_max_length=CAP, record_steps=2)
     wall = time.perf_counter() - t0
-    ds = to_pd_dataset(res)
-    s = summarize_pd(ds)
+    ds = to_dataset(res)
+    s = summarize(ds)
     return {
         "dataset": dataset, "decode_cost": decode_cost, "instances": n_decode,
         "load": rate_frac, "rate": rate,

@@ -4,13 +4,12 @@ The public Python API: :class:`CostOracle` (step costs), :func:`plan_memory` (KV
 and the catalog resolvers. Importing this package compiles nothing.
 """
 
+from serveplan._version import __version__ as __version__
 from serveplan.estimator.catalog import list_gpus, list_models, resolve_gpu, resolve_model
 from serveplan.estimator.memory import MemoryPlan, plan_memory
 from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.profile import Profile, load_profile
 from serveplan.estimator.specs import GPUSpec, ModelSpec, Parallelism
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CostOracle",

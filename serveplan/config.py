@@ -33,8 +33,18 @@ pools, each an :class:`InstanceConfig` plus ``num_instances`` (:class:`PDDeploym
       router: sibyl          # round-robin | least-loaded | least-requests | sibyl[-variant]
       assignment: early      # early (at dispatch) | late (at prefill end)
 
+Either deployment may also be written as a list of role pools (:mod:`serveplan.pools_config`,
+:class:`PoolsDeployment`)::
+
+    deployment:
+      pools:
+        - {role: prefill, model: qwen3-32b, gpu: h20, count: 4, max_num_seqs: 1}
+        - {role: decode,  model: qwen3-32b, gpu: h20, count: 4}
+      router: least-loaded   # entry router: colocated instances, or prefill instances
+      decode_router: sibyl   # plus the PD boundary options (assignment, placement, ...)
+
 :class:`Deployment` keeps ``architecture: colocated`` as its default so existing files stay
-valid.
+valid. The deployment models live in :mod:`serveplan.pools_config` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -43,163 +53,29 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority"]
-RouterName = Literal["round-robin", "least-outstanding-tokens", "least-requests"]
-DecodeRouterName = Literal["round-robin", "least-loaded", "least-requests", "sibyl", "sibyl-p1",
-                           "sibyl-no-type1", "sibyl-no-type2", "sibyl-no-type3",
-                           "sibyl-reqlevel"]
-DECODE_ROUTER_ALIASES = {"rr": "round-robin", "ils": "least-loaded", "ils-tokens": "least-loaded",
-                         "ils-requests": "least-requests"}
-DTypeName = Literal["bf16", "fp16", "fp8"]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# ----------------------------------------------------------------------------- deployment
-class EngineConfig(_Frozen):
-    """vLLM engine knobs (names and defaults as ``vllm serve``)."""
-
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="Token budget per step. Default: 8192 with chunked prefill, "
-        "else max(max_model_len, 2048) as vLLM.")
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
-    block_size: int | None = Field(None, ge=1, description="Default 16 (64 for MLA models).")
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = Field(0, ge=0)
-    num_gpu_blocks: int | None = Field(
-        None, ge=2, description="Override the memory planner (vLLM num_gpu_blocks_override; "
-        "one block is vLLM's null block).")
-    max_model_len: int | None = Field(None, ge=2, description="Default: the model's context.")
-    watermark: float | None = Field(
-        None, ge=0.0, lt=1.0, description="Fraction of blocks kept free when admitting; "
-        "default 0 (vLLM v1), 0.01 for prefill-priority (vLLM v0).")
-
-    @model_validator(mode="after")
-    def _budget_holds_seqs(self):
-        mnbt = self.max_num_batched_tokens
-        if mnbt is not None and mnbt < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs "
-                             f"({self.max_num_seqs}), as vLLM requires")
-        return self
-
-
-class InstanceConfig(EngineConfig):
-    """One serving instance: model, hardware, parallelism, scheduler and engine knobs."""
-
-    model: str = Field(description="Catalog name or HF config.json path.")
-    gpu: str = Field(description="Catalog name or GPU YAML path.")
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    dp: int = Field(1, ge=1)
-    dtype: DTypeName | None = None
-    kv_dtype: DTypeName | None = None
-    cuda_graph: bool = True
-    profile: str | None = Field(None, description="Calibration profile JSON path.")
-    scheduler: SchedulerName = "vllm-v1"
-
-
-class Deployment(InstanceConfig):
-    """Colocated deployment: ``num_instances`` identical instances behind a router."""
-
-    architecture: Literal["colocated"] = "colocated"
-    num_instances: int = Field(1, ge=1)
-    router: RouterName = "round-robin"
-
-
-class Pool(InstanceConfig):
-    """``num_instances`` identical instances of one role (a PD pool)."""
-
-    num_instances: int = Field(1, ge=1)
-
-
-class FittedThroughputConfig(_Frozen):
-    """SIBYL's fitted decode throughput (Appendix I, Eq. 15): an instance running ``N``
-    requests makes ``TPS(N) = alpha N^2 + beta N + gamma`` tokens/s, split equally; floored
-    at ``min_tps``. Defaults: the paper's H20 / Qwen3-32B fit."""
-
-    kind: Literal["fitted-throughput"] = "fitted-throughput"
-    alpha: float = -0.423
-    beta: float = 44.766
-    gamma: float = -7.753
-    min_tps: float = Field(1.0, gt=0)
-    plateau: bool = Field(False, description="Hold TPS at its peak beyond the peak's batch "
-                          "size (the paper's prose) instead of the raw quadratic (its simulator).")
-
-
-class SibylConfig(_Frozen):
-    """SIBYL router settings (``papers/sibyl.txt`` §4.2)."""
-
-    delta: float = Field(128.0, gt=0, description="Survival bucket step (tokens).")
-    alpha: float = Field(0.99, gt=0, lt=1, description="EMA weight of the old value (Eq. 4).")
-    max_length: int | None = Field(None, ge=1, description="Longest output resolved; "
-                                   "default: the decode pool's max_model_len.")
-    pending_capacity: int | None = Field(None, ge=1, description="Pending slots per decode "
-                                         "instance (default max(256, 8 n / n_decode)).")
-
-
-class PDDeployment(_Frozen):
-    """Prefill/decode disaggregation: a prefill pool hands KV caches to a decode pool.
-
-    ``router`` binds each request to a decode instance, at dispatch (``assignment: early``)
-    or at its prefill end (``late``); ``prefill_router`` picks its prefill instance. KV moves
-    over NVLink between instances on one node and over the scale-out network otherwise
-    (``placement``: ``packed`` puts the decode pool right after the prefill pool,
-    ``separate`` on its own nodes); ``kv_link_bw`` (bytes/s per GPU) and
-    ``kv_link_latency_s`` override the GPU's links. ``layerwise_transfer`` streams KV while
-    the prefill runs (early assignment only). ``prefill_stage: delay`` replaces the prefill
-    pool by SIBYL's infinite-server delay (each prefill alone, no queueing);
-    ``decode_cost`` may be SIBYL's fitted throughput instead of the cost oracle.
-    ``kv_connector`` names vLLM's KV connector for launch export.
-    """
-
-    architecture: Literal["pd"] = "pd"
-    prefill: Pool
-    decode: Pool
-    router: DecodeRouterName = "round-robin"
-    prefill_router: Literal["least-loaded", "round-robin"] = "least-loaded"
-    assignment: Literal["early", "late"] = "early"
-    layerwise_transfer: bool = False
-    placement: Literal["packed", "separate"] = "packed"
-    kv_link_bw: float | None = Field(None, gt=0)
-    kv_link_latency_s: float | None = Field(None, ge=0)
-    kv_connector: str = "NixlConnector"
-    prefill_stage: Literal["engine", "delay"] = "engine"
-    prefill_hold: int | None = Field(None, ge=0, description="Finished prefills whose KV an "
-                                     "instance holds before admitting fewer (default 256).")
-    decode_cost: Literal["oracle"] | FittedThroughputConfig = "oracle"
-    sibyl: SibylConfig = SibylConfig()
-
-    @field_validator("router", mode="before")
-    @classmethod
-    def _router_alias(cls, v):
-        return DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v
-
-    @model_validator(mode="after")
-    def _layerwise_early(self):
-        if self.layerwise_transfer and self.assignment != "early":
-            raise ValueError("layerwise_transfer needs assignment: early (the decode instance "
-                             "must be known when the prefill starts)")
-        return self
-
-
-def parse_architecture(v):
-    """A deployment mapping validated as :class:`Deployment` or :class:`PDDeployment` by its
-    ``architecture`` (default ``colocated``); models pass through."""
-    if not isinstance(v, dict):
-        return v
-    arch = v.get("architecture", "colocated")
-    if arch == "pd":
-        return PDDeployment.model_validate(v)
-    if arch == "colocated":
-        return Deployment.model_validate(v)
-    raise ValueError(f"architecture given an invalid value: {arch!r} (valid: 'colocated', 'pd')")
+from serveplan.pools_config import (  # noqa: F401  (re-exported)
+    DECODE_ROUTER_ALIASES,
+    AnyDeployment,
+    DecodeRouterName,
+    Deployment,
+    DTypeName,
+    EngineConfig,
+    FittedThroughputConfig,
+    InstanceConfig,
+    PDDeployment,
+    Pool,
+    PoolConfig,
+    PoolsDeployment,
+    RouterName,
+    SchedulerName,
+    SibylConfig,
+    _Frozen,
+    parse_architecture,
+    to_legacy,
+    to_pools,
+)
 
 
 # ----------------------------------------------------------------------------- lengths
@@ -336,7 +212,7 @@ class SLO(_Frozen):
 class SimulationConfig(_Frozen):
     """Everything ``serveplan simulate`` needs."""
 
-    deployment: Deployment | PDDeployment
+    deployment: Deployment | PDDeployment | PoolsDeployment
     workload: Workload
     slo: SLO | None = None
     seed: int = Field(0, ge=0)
@@ -373,15 +249,24 @@ def switch_workload_kind(workload: dict, kind: str) -> dict:
     return kept
 
 
-def set_path(data: dict, dotted: str, value: Any) -> dict:
-    """Copy of ``data`` with ``value`` at ``a.b.c`` (intermediate mappings created)."""
-    out = dict(data)
+def set_path(data: dict | list, dotted: str, value: Any) -> dict | list:
+    """Copy of ``data`` with ``value`` at ``a.b.c`` (intermediate mappings created).
+
+    A numeric part indexes a list: ``deployment.pools.1.max_num_seqs``.
+    """
     head, _, rest = dotted.partition(".")
-    if rest:
-        inner = out.get(head)
-        out[head] = set_path(inner if isinstance(inner, dict) else {}, rest, value)
+    if isinstance(data, list):
+        if not head.lstrip("-").isdigit() or not -len(data) <= int(head) < len(data):
+            raise ValueError(f"{dotted}: {head!r} is not an index of a list of {len(data)}")
+        out, key = list(data), int(head)
+        inner = out[key]
     else:
-        out[head] = value
+        out, key = dict(data), head
+        inner = out.get(head)
+    if rest:
+        out[key] = set_path(inner if isinstance(inner, (dict, list)) else {}, rest, value)
+    else:
+        out[key] = value
     return out
 
 

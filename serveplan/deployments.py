@@ -3,14 +3,24 @@
 Both deployment models, :class:`~serveplan.config.Deployment` and
 :class:`~serveplan.config.PDDeployment` (``architecture: pd`` with ``prefill`` and ``decode``
 pools, each an :class:`~serveplan.config.InstanceConfig` plus ``num_instances``), live in
-:mod:`serveplan.config` and are re-exported here. :func:`parse_deployment` reads either from a
-mapping (``architecture`` defaults to ``colocated``). Names follow BestServe: ``4m`` is four
-colocated instances, ``3p2d`` three prefill and two decode instances.
+:mod:`serveplan.pools_config` and are re-exported here. :func:`parse_deployment` reads either
+from a mapping (``architecture`` defaults to ``colocated``), and turns the pool form
+(:class:`~serveplan.pools_config.PoolsDeployment`, a ``pools`` list) into the one of them
+it describes. Names follow BestServe: ``4m`` is four colocated instances, ``3p2d`` three
+prefill and two decode instances.
 """
 
 from __future__ import annotations
 
-from serveplan.config import Deployment, InstanceConfig, PDDeployment, Pool
+from serveplan.pools_config import (
+    Deployment,
+    InstanceConfig,
+    PDDeployment,
+    Pool,
+    PoolsDeployment,
+    parse_architecture,
+    to_legacy,
+)
 
 __all__ = ["PDDeployment", "Pool", "gpus", "parse_deployment", "strategy_name"]
 
@@ -19,22 +29,24 @@ AnyDeployment = Deployment | PDDeployment
 
 
 def parse_deployment(data) -> AnyDeployment:
-    """A :class:`Deployment` or :class:`PDDeployment` from a model or a mapping."""
+    """A :class:`Deployment` or :class:`PDDeployment` from a model or a mapping (the pool
+    form converted)."""
     if isinstance(data, (Deployment, PDDeployment)):
         return data
+    if isinstance(data, PoolsDeployment):
+        return to_legacy(data)
     if not isinstance(data, dict):
         raise TypeError(f"a deployment must be a mapping, got {type(data).__name__}")
-    arch = data.get("architecture", "colocated")
-    if arch == "pd":
-        return PDDeployment.model_validate(data)
-    if arch == "colocated":
-        return Deployment.model_validate(data)
-    raise ValueError(f"deployment.architecture given an invalid value: {arch!r} "
-                     "(valid: 'colocated', 'pd')")
+    if "pools" not in data and data.get("architecture", "colocated") not in ("colocated",
+                                                                               "pd"):
+        raise ValueError(f"deployment.architecture given an invalid value: "
+                         f"{data['architecture']!r} (valid: 'colocated', 'pd')")
+    return to_legacy(parse_architecture(data))
 
 
-def strategy_name(d: AnyDeployment) -> str:
+def strategy_name(d: AnyDeployment | PoolsDeployment) -> str:
     """BestServe's notation: ``4m`` or ``3p2d``."""
+    d = to_legacy(d)
     if isinstance(d, PDDeployment):
         return f"{d.prefill.num_instances}p{d.decode.num_instances}d"
     return f"{d.num_instances}m"
@@ -44,8 +56,10 @@ def _instance_gpus(c: InstanceConfig) -> int:
     return c.tp * c.pp * c.dp
 
 
-def gpus(d: AnyDeployment) -> int:
+def gpus(d: AnyDeployment | PoolsDeployment) -> int:
     """GPUs the deployment uses."""
+    if isinstance(d, PoolsDeployment):
+        return sum(p.count * _instance_gpus(p) for p in d.pools)
     if isinstance(d, PDDeployment):
         return (d.prefill.num_instances * _instance_gpus(d.prefill)
                 + d.decode.num_instances * _instance_gpus(d.decode))

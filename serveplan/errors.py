@@ -16,11 +16,14 @@ class UserError(Exception):
 
 
 def format_validation_error(exc: ValidationError) -> list[str]:
-    """``loc: msg`` lines for a pydantic error (the loc names the field)."""
+    """``loc: msg`` lines for a pydantic error (the loc names the field, list items by
+    index: ``deployment.pools[1].model``)."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "config"
-        lines.append(f"{loc}: {err.get('msg', 'invalid')}")
+        loc = ""
+        for part in err.get("loc", ()):
+            loc += f"[{part}]" if isinstance(part, int) else f".{part}" if loc else str(part)
+        lines.append(f"{loc or 'config'}: {err.get('msg', 'invalid')}")
     return lines
 
 

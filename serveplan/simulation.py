@@ -4,25 +4,28 @@
 ...               {"kind": "poisson", "rate": 4, "num_requests": 200}, seed=0)  # doctest: +SKIP
 >>> summarize(ds)["median_ttft_ms"]                                             # doctest: +SKIP
 
-The facade resolves the deployment once (cost oracle, vLLM defaults, KV capacity from the
-memory planner unless ``num_gpu_blocks`` is given), draws the requests from the workload
-and runs :func:`serveplan.sim.engine.run_engine`. The resolved values go to the Dataset's
-``attrs`` next to the input config, so a stored result says exactly what was simulated.
+One path for every architecture: :func:`serveplan.resolution.resolve` turns the deployment
+(any form: colocated, ``architecture: pd``, or role ``pools``) into role pools, each
+resolved once (cost oracle, vLLM defaults, KV capacity from the memory planner unless
+``num_gpu_blocks`` is given; the KV link between prefill and decode pools); the requests
+are drawn from the workload and :func:`serveplan.sim.loop_api.run_pools` runs them. The
+resolved values go to the Dataset's ``attrs`` next to the input config, so a stored result
+says exactly what was simulated.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
 
+from serveplan._version import __version__
 from serveplan.config import (
     SLO,
+    AnyDeployment,
     ClosedLoopWorkload,
     ConstantWorkload,
-    Deployment,
     FixedLength,
     GammaWorkload,
     LogNormalLength,
@@ -32,99 +35,18 @@ from serveplan.config import (
     TraceWorkload,
     UniformLength,
 )
-from serveplan.estimator.memory import default_block_size, plan_memory
-from serveplan.estimator.oracle import CostOracle
-from serveplan.estimator.specs import Parallelism
+from serveplan.resolution import (
+    POLICIES,
+    ROUTERS,
+    ResolvedDeployment,
+    ResolvedServing,
+    resolve,
+    resolve_deployment,
+)
 from serveplan.sim import traces
 from serveplan.sim import workload as W
-from serveplan.sim.engine import EngineParams, run_engine
+from serveplan.sim.loop_api import run_pools
 from serveplan.sim.results import summarize, to_dataset
-from serveplan.sim.state import Policy, Router
-
-POLICIES = {"vllm-v1": Policy.VLLM_V1, "sglang": Policy.SGLANG,
-            "prefill-priority": Policy.PREFILL_PRIORITY}
-ROUTERS = {"round-robin": Router.ROUND_ROBIN,
-           "least-outstanding-tokens": Router.LEAST_OUTSTANDING_TOKENS,
-           "least-requests": Router.LEAST_REQUESTS}
-
-
-@dataclass(frozen=True, eq=False)
-class ResolvedDeployment:
-    """A deployment with every default filled in: oracle, engine knobs, memory plan."""
-
-    deployment: Deployment
-    oracle: CostOracle
-    params: EngineParams
-    memory: dict | None  # the memory plan (None when num_gpu_blocks was given)
-
-    def describe(self) -> dict:
-        p = self.params
-        return {
-            **self.oracle.describe(),
-            "scheduler": self.deployment.scheduler,
-            "num_instances": self.deployment.num_instances,
-            "router": self.deployment.router,
-            "max_num_seqs": p.max_num_seqs,
-            "max_num_batched_tokens": p.max_num_batched_tokens,
-            "block_size": p.block_size,
-            "num_gpu_blocks": p.num_gpu_blocks + 1,
-            "usable_kv_blocks": p.num_gpu_blocks,
-            "enable_prefix_caching": p.enable_prefix_caching,
-            "enable_chunked_prefill": p.chunked,
-            "long_prefill_token_threshold": p.long_prefill_token_threshold,
-            "watermark": p.watermark,
-            "max_model_len": p.max_model_len,
-            "memory_plan": self.memory,
-        }
-
-
-def resolve_deployment(deployment: Deployment | dict) -> ResolvedDeployment:
-    """Fill vLLM's defaults and size the KV cache.
-
-    ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
-
-    Raises
-    ------
-    serveplan.estimator.specs.SpecError
-        If the model does not fit (the memory planner's reason).
-    """
-    d = deployment if isinstance(deployment, Deployment) else Deployment.model_validate(deployment)
-    oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp, dtype=d.dtype,
-                        kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
-                        max_num_seqs=d.max_num_seqs)
-    max_len = d.max_model_len or oracle.model.max_position_embeddings
-    policy = POLICIES[d.scheduler]
-    chunked = d.enable_chunked_prefill and policy != Policy.PREFILL_PRIORITY
-    mnbt = d.max_num_batched_tokens or (8192 if chunked else max(max_len, 2048))
-    if not chunked and mnbt < max_len:
-        raise ValueError(
-            f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "
-            f"without chunked prefill ({d.scheduler}) a step must hold a whole prompt; raise "
-            f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
-    block_size = d.block_size or default_block_size(oracle.model)
-    memory = None
-    if d.num_gpu_blocks is not None:
-        num_blocks = d.num_gpu_blocks
-    else:
-        plan = plan_memory(oracle.model, oracle.gpu,
-                           Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
-                           gpu_memory_utilization=d.gpu_memory_utilization,
-                           max_num_batched_tokens=mnbt, max_num_seqs=d.max_num_seqs,
-                           max_model_len=max_len, block_size=block_size,
-                           dtype=oracle.weight_dtype, kv_dtype=d.kv_dtype,
-                           profile=oracle.profile)
-        plan.raise_if_unfit()
-        num_blocks = plan.num_gpu_blocks
-        memory = plan.as_dict()
-    watermark = d.watermark if d.watermark is not None else (
-        0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
-    params = EngineParams(
-        num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=d.max_num_seqs,
-        max_num_batched_tokens=mnbt, block_size=block_size,
-        enable_prefix_caching=d.enable_prefix_caching, enable_chunked_prefill=chunked,
-        long_prefill_token_threshold=d.long_prefill_token_threshold, watermark=watermark,
-        max_model_len=max_len)
-    return ResolvedDeployment(d, oracle, params, memory)
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -197,20 +119,22 @@ def _trace_requests(w: TraceWorkload, seed: int) -> W.Requests:
 
 
 # ----------------------------------------------------------------------------- running
-def run_config(cfg: SimulationConfig) -> xr.Dataset:
-    """Simulate a validated :class:`~serveplan.config.SimulationConfig`."""
-    if cfg.deployment.architecture == "pd":
-        from serveplan.pd_simulation import run_pd_config
+def _run(resolved: ResolvedServing, requests, record_steps: int = 1 << 16, *,
+         router: str | None = None):
+    """Run ``requests`` on a resolved deployment: the one call into the simulator.
 
-        return run_pd_config(cfg)
-    resolved = resolve_deployment(cfg.deployment)
-    requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.params.block_size)
-    d = resolved.deployment
-    result = run_engine(requests, resolved.oracle, resolved.params,
-                        num_instances=d.num_instances, router=ROUTERS[d.router],
-                        record_steps=cfg.record_steps)
-    from serveplan import __version__
+    ``router`` overrides the router a comparison varies: the decode router of a
+    prefill/decode deployment, the entry router of a colocated one.
+    """
+    pd = resolved.architecture == "pd"
+    entry = resolved.router if pd else (router or resolved.router)
+    return run_pools(requests, resolved.pool_specs(), router=entry,
+                     handoff=resolved.handoff(router if pd else None),
+                     record_steps=record_steps)
 
+
+def make_dataset(cfg: SimulationConfig, resolved: ResolvedServing, result) -> xr.Dataset:
+    """The Dataset of a run, with the config, resolved values and summary in ``attrs``."""
     attrs = {
         "config": cfg.model_dump_json(),
         "resolved": json.dumps(resolved.describe(), default=float),
@@ -223,15 +147,32 @@ def run_config(cfg: SimulationConfig) -> xr.Dataset:
     return ds
 
 
-def simulate(deployment: Deployment | dict, workload, seed: int = 0, *,
+def run_resolved(resolved: ResolvedServing, requests, *, router: str | None = None,
+                 record_steps: int = 1 << 16):
+    """Run ``requests`` on a resolved deployment (``router`` overrides the decode router of
+    a prefill/decode deployment, the router of a colocated one); the simulator's result."""
+    return _run(resolved, requests, record_steps, router=router)
+
+
+def run_config(cfg: SimulationConfig) -> xr.Dataset:
+    """Simulate a validated :class:`~serveplan.config.SimulationConfig` (any deployment
+    form): resolve, draw the requests, run, build the Dataset."""
+    resolved = resolve(cfg.deployment)
+    requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
+    result = _run(resolved, requests, cfg.record_steps)
+    return make_dataset(cfg, resolved, result)
+
+
+def simulate(deployment: AnyDeployment | dict, workload, seed: int = 0, *,
              slo: SLO | dict | None = None, record_steps: int = 1 << 16) -> xr.Dataset:
     """Simulate ``workload`` on ``deployment``; per-request results as a Dataset.
 
     Parameters
     ----------
-    deployment : Deployment, PDDeployment or dict
+    deployment : Deployment, PDDeployment, PoolsDeployment or dict
         Model, GPU, parallelism, scheduler, router and vLLM engine knobs; or, with
-        ``architecture: pd``, prefill and decode pools, a decode router and the KV link.
+        ``architecture: pd``, prefill and decode pools, a decode router and the KV link;
+        or a list of role ``pools`` (:mod:`serveplan.pools_config`).
     workload : a workload model or dict
         ``kind`` poisson / gamma / constant / closed-loop / trace and its fields.
     seed : int
@@ -256,3 +197,8 @@ def simulate(deployment: Deployment | dict, workload, seed: int = 0, *,
         "record_steps": record_steps,
     })
     return run_config(cfg)
+
+
+__all__ = ["POLICIES", "ROUTERS", "ResolvedDeployment", "ResolvedServing", "build_requests",
+           "length_dist", "make_dataset", "resolve", "resolve_deployment", "run_config",
+           "run_resolved", "simulate"]

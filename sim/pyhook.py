@@ -1,13 +1,14 @@
-"""Research schedulers in plain Python: a slower driver loop with a policy callback.
+"""Research schedulers in plain Python: a policy callback fills each batch.
 
-The built-in policies run inside the compiled loop (:func:`serveplan.sim.engine.run_loop`)
-and are untouched by this module. Passing ``policy=`` to
-:func:`~serveplan.sim.engine.run_engine` runs :func:`run_python_loop` instead: the same
-event logic in Python, which calls ``policy(ctx)`` whenever an idle instance with work may
-start a step. The policy fills the batch through a :class:`SchedulerContext`, whose actions
-are the compiled building blocks of the built-in schedulers (KV allocation, preemption and
-batch bookkeeping stay exact). Each callback costs tens of microseconds of dispatch: fine
-for thousands of requests, not for millions.
+The built-in policies run inside the compiled loop (:func:`serveplan.sim.loop.run_loop`).
+Passing ``policy=`` to :func:`~serveplan.sim.engine.run_engine` (or
+:func:`~serveplan.sim.loop_api.run_pools`) gives every colocated instance the policy code
+``POLICY_PYTHON``: whenever such an instance may start a step, the compiled loop pauses
+and :func:`run_with_python_policy` calls ``policy(ctx)``, which fills the batch through a
+:class:`SchedulerContext` whose actions are the compiled building blocks of the built-in
+schedulers (KV allocation, preemption and batch bookkeeping stay exact); then the loop
+resumes. Each decision costs tens of microseconds: fine for thousands of requests, not for
+millions.
 
 >>> def shortest_prompt_first(ctx):                                   # doctest: +SKIP
 ...     ctx.reorder_waiting(sorted(ctx.waiting, key=lambda r: ctx.reqs.prompt[r]))
@@ -23,20 +24,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .engine import complete_step, launch_step
+from .loop import run_loop
 from .scheduler import MODE_ALL, MODE_DECODE, MODE_PREFILL, schedule_running, schedule_waiting
 from .state import (
-    A_BUSY_UNTIL,
-    ERR_MAX_STEPS,
-    ERR_STALL,
-    G_DONE,
-    G_ERROR,
-    G_MAX_STEPS,
-    G_NEXT,
-    G_NOPEN,
-    G_STEPS,
+    G_PAUSE,
     I_BATCH,
-    I_BUSY,
     I_NRUN,
     I_WHEAD,
     I_WLEN,
@@ -118,36 +110,12 @@ class SchedulerContext:
                                     bool(whole_prompt)))
 
 
-def run_python_loop(pool, inst, reqs, knobs, glob, rec, cost_arrays: tuple,
-                    policy: Callable[[SchedulerContext], None]) -> None:
-    """:func:`~serveplan.sim.engine.run_loop` with ``policy`` choosing every batch."""
-    from .engine import _arrive
-
-    n = reqs.prompt.shape[0]
-    n_inst = knobs.shape[0]
-    while glob[G_DONE] < n:
-        t_arr = reqs.arrival[glob[G_NEXT]] if glob[G_NEXT] < glob[G_NOPEN] else np.inf
-        busy = inst.ist[:, I_BUSY] != 0
-        until = np.where(busy, inst.acc[:, A_BUSY_UNTIL], np.inf)
-        k = int(np.argmin(until))
-        t_step = until[k]
-        if t_step == np.inf and t_arr == np.inf:
-            glob[G_ERROR] = ERR_STALL
+def run_with_python_policy(world, policy: Callable[[SchedulerContext], None]) -> None:
+    """Run the loop, calling ``policy`` for every batch of a paused instance."""
+    while True:
+        run_loop(world, world.clock[0])
+        paused = int(world.glob[G_PAUSE]) - 1
+        if paused < 0:
             return
-        if t_arr <= t_step:
-            now = float(t_arr)
-            r = int(glob[G_NEXT])
-            glob[G_NEXT] = r + 1
-            _arrive(pool, inst, reqs, knobs, glob, r, now)
-        else:
-            now = float(t_step)
-            complete_step(pool, inst, reqs, knobs, glob, k, now)
-        for i in range(n_inst):
-            if inst.ist[i, I_BUSY] == 0 and (inst.ist[i, I_WLEN] > 0 or inst.ist[i, I_NRUN] > 0):
-                inst.ist[i, I_BATCH] = 0
-                policy(SchedulerContext(pool, inst, reqs, knobs, glob, i, now))
-                if inst.ist[i, I_BATCH] > 0:
-                    launch_step(pool, inst, reqs, glob, rec, i, now, *cost_arrays)
-        if glob[G_STEPS] >= glob[G_MAX_STEPS]:
-            glob[G_ERROR] = ERR_MAX_STEPS
-            return
+        policy(SchedulerContext(world.pool, world.inst, world.views[0], world.knobs,
+                                world.glob, paused, float(world.clock[0])))

@@ -1,13 +1,27 @@
-"""Turn an engine run into an ``xarray.Dataset`` and a ``vllm bench serve``-style summary.
+"""Turn a run of any architecture into one ``xarray.Dataset`` and a summary.
+
+Dimensions: ``request``, ``step`` (the recorded steps of every instance, in start order)
+and ``instance`` (coordinates ``role`` -- colocated, prefill, decode -- and ``gpu``).
 
 Per-request metrics (DESIGN.md conventions, seconds):
 
-* TTFT = first token time - arrival; E2E = finish - arrival;
+* TTFT = first token time - arrival (a disaggregated request's first token is emitted by
+  its prefill); E2E = finish - arrival;
 * TPOT = (E2E - TTFT) / (output tokens - 1), NaN for one-token outputs;
-* queueing delay = first scheduled - arrival;
+* queueing delay = first scheduled - arrival (on the entry instance);
 * ITL: the largest gap between consecutive tokens of a request (``itl_max_s``); the mean ITL
   over all gaps of all requests is ``sum(finish - first token) / sum(output - 1)``, exact.
   Per-token times are not stored, so ITL percentiles over tokens are not available.
+
+A disaggregated run adds the handoff's variables (:mod:`serveplan.sim.disagg`):
+``prefill_instance``, ``assigned_s``, ``handoff_estimate_s`` (the router's ``tau``),
+``kv_ready_s`` (prefill end, or its start with layer-wise transfer), ``transfer_start_s``
+(the decode instance admitted the pull), ``kv_arrival_s``, ``decode_start_s`` (its first
+decode step), ``kv_wait_s`` (transfer start - KV ready: backpressure), ``transfer_s``,
+``decode_queue_s`` (first decode step - first token), ``kv_bytes`` and
+``optimal_assignment`` / ``optimal_assignment_requests`` (1 if the pre-assigned decode
+instance had the least token occupancy / fewest decoding requests at the handoff; -1 if not
+checked); its ``routed_to`` is the decode instance's index within the decode pool.
 
 Percentiles are over completed requests (rejected ones -- prompt too long -- are excluded
 and counted as failed).
@@ -15,15 +29,12 @@ and counted as failed).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import xarray as xr
 
-from .engine import (
-    EngineResult,
-    recorded_steps,
-)
+from .handoff import Q_DBASE
+from .loop_api import RunResult
+from .recorder import recorded_steps
 from .state import (
     A_BATCH_TIME,
     A_BUSY_TIME,
@@ -35,191 +46,192 @@ from .state import (
     PREEMPTED,
     RequestStatus,
 )
+from .summary import slo_verdict, summarize, summary_json
 
-PERCENTILES = (50, 90, 99)
+S = {"units": "s"}
+STATUS_ATTRS = {
+    "flag_values": np.array([int(v) for v in RequestStatus], dtype=np.int8),
+    "flag_meanings": " ".join(v.name.lower() for v in RequestStatus),
+    "description": f"ordered status code; > {int(PREEMPTED)} means finished",
+}
 
 
-def _request_vars(res: EngineResult) -> dict:
-    r = res.reqs
+def _request_record(res: RunResult) -> dict:
+    """The per-request outcome, read from the views of the roles that produced it."""
+    n = len(res.reqs.prompt)
+    finish = res.pd.t_finish[:n]
+    if res.architecture != "pd":
+        r = res.reqs
+        return dict(req=r, n_out=r.n_out, status=r.status, routed=r.inst, first=r.t_first,
+                    finish=finish, itl_max=r.itl_max, n_preempt=r.n_preempt,
+                    routed_doc="instance index (-1: rejected)", queue_doc="queueing delay",
+                    sched_doc="first scheduled", hit_doc="at first admission")
+    p, d, hs = res.p_reqs, res.d_reqs, res.pd
+    decoded = np.isfinite(hs.t_join[:n])
+    n_out = np.where(res.ignored, 0, np.where(decoded, d.n_out, np.minimum(p.n_out, 1)))
+    return dict(req=p, n_out=n_out, status=d.status.copy(), routed=hs.d_of[:n].astype(np.int32),
+                first=p.t_first, finish=finish, itl_max=d.itl_max,
+                n_preempt=p.n_preempt + d.n_preempt, routed_doc="decode instance (-1: none)",
+                queue_doc="prefill queueing delay", sched_doc="prefill start",
+                hit_doc="on the prefill instance at first admission")
+
+
+def _request_vars(res: RunResult) -> dict:
+    rr = _request_record(res)
+    r, n_out, first, finish = rr["req"], rr["n_out"], rr["first"], rr["finish"]
     arrival = r.arrival
-    n_out = r.n_out.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(n_out > 1, (r.t_finish - r.t_first) / (n_out - 1), np.nan)
-    ttft = r.t_first - arrival
+        tpot = np.where(n_out > 1, (finish - first) / (n_out - 1), np.nan)
     dim = ("request",)
-    status_attrs = {
-        "flag_values": np.array([int(s) for s in RequestStatus], dtype=np.int8),
-        "flag_meanings": " ".join(s.name.lower() for s in RequestStatus),
-        "description": f"ordered status code; > {int(PREEMPTED)} means finished",
-    }
     return {
-        "arrival_s": (dim, arrival, {"units": "s"}),
+        "arrival_s": (dim, arrival, S),
         "prompt_len": (dim, r.prompt),
-        "output_len": (dim, r.n_out, {"description": "output tokens produced"}),
+        "output_len": (dim, n_out, {"description": "output tokens produced"}),
         "output_len_requested": (dim, res.output_requested),
-        "routed_to": (dim, r.inst, {"description": "instance index (-1: rejected)"}),
-        "status": (dim, r.status, status_attrs),
-        "first_scheduled_s": (dim, r.t_sched, {"units": "s"}),
-        "first_token_s": (dim, r.t_first, {"units": "s"}),
-        "finish_s": (dim, r.t_finish, {"units": "s"}),
-        "ttft_s": (dim, ttft, {"units": "s", "long_name": "time to first token"}),
-        "tpot_s": (dim, tpot, {"units": "s", "long_name": "time per output token"}),
-        "e2e_s": (dim, r.t_finish - arrival, {"units": "s", "long_name": "end-to-end latency"}),
-        "queue_s": (dim, r.t_sched - arrival, {"units": "s", "long_name": "queueing delay"}),
-        "itl_max_s": (dim, r.itl_max, {"units": "s", "long_name": "largest inter-token gap"}),
-        "num_preemptions": (dim, r.n_preempt),
+        "routed_to": (dim, rr["routed"], {"description": rr["routed_doc"]}),
+        "status": (dim, rr["status"], STATUS_ATTRS),
+        "first_scheduled_s": (dim, r.t_sched, {**S, "long_name": rr["sched_doc"]}),
+        "first_token_s": (dim, first, S),
+        "finish_s": (dim, finish, S),
+        "ttft_s": (dim, first - arrival, {**S, "long_name": "time to first token"}),
+        "tpot_s": (dim, tpot, {**S, "long_name": "time per output token"}),
+        "e2e_s": (dim, finish - arrival, {**S, "long_name": "end-to-end latency"}),
+        "queue_s": (dim, r.t_sched - arrival, {**S, "long_name": rr["queue_doc"]}),
+        "itl_max_s": (dim, rr["itl_max"], {**S, "long_name": "largest inter-token gap"}),
+        "num_preemptions": (dim, rr["n_preempt"]),
         "prefix_hit_tokens": (dim, np.maximum(r.hit, 0),
                               {"description": "prompt tokens served from the prefix cache "
-                                              "at first admission"}),
+                                              + rr["hit_doc"]}),
     }
 
 
-def _step_vars(res: EngineResult) -> dict:
-    s = recorded_steps(res.rec)
-    blocks = res.params.num_gpu_blocks
-    dim = ("step",)
+def _handoff_vars(res: RunResult) -> dict:
+    """The disaggregated request path's own per-request variables (module docstring)."""
+    hs, p = res.pd, res.p_reqs
+    n = len(p.prompt)
+    decoded = np.isfinite(hs.t_join[:n])
+    link = res.handoff.link
+    per_token = link.bytes_per_token if link is not None else 0.0
+    dim = ("request",)
+    opt = {"description": "1: the pre-assigned decode instance was the least loaded at the "
+                          "handoff; 0: it was not; -1: not checked"}
     return {
-        "step_start_s": (dim, s["t"], {"units": "s"}),
-        "step_time_s": (dim, s["dt"], {"units": "s"}),
-        "step_instance": (dim, s["inst"]),
-        "batch_size": (dim, s["batch"], {"description": "requests scheduled in the step"}),
-        "num_tokens": (dim, s["tokens"]),
-        "num_prefill_tokens": (dim, s["prefill_tokens"],
-                               {"description": "tokens of requests not decoding"}),
-        "kv_blocks_used": (dim, s["kv_used"]),
-        "kv_usage": (dim, s["kv_used"] / blocks, {"description": "used / num_gpu_blocks"}),
-        "num_waiting": (dim, s["waiting"]),
-        "num_running": (dim, s["running"]),
+        "prefill_instance": (dim, hs.p_of[:n].astype(np.int32),
+                             {"description": "prefill instance (-1: none)"}),
+        "assigned_s": (dim, hs.t_assign[:n], S),
+        "handoff_estimate_s": (dim, hs.tau[:n], {**S, "long_name": "router's tau"}),
+        "kv_ready_s": (dim, hs.t_kvready[:n], S),
+        "transfer_start_s": (dim, hs.t_xstart[:n], S),
+        "kv_arrival_s": (dim, hs.t_join[:n], S),
+        "decode_start_s": (dim, hs.t_dec1[:n], S),
+        "kv_wait_s": (dim, hs.t_xstart[:n] - hs.t_kvready[:n],
+                      {**S, "long_name": "wait for decode KV room (backpressure)"}),
+        "transfer_s": (dim, hs.t_join[:n] - hs.t_xstart[:n], {**S, "long_name": "KV transfer"}),
+        "decode_queue_s": (dim, hs.t_dec1[:n] - p.t_first,
+                           {**S, "long_name": "first token to first decode step"}),
+        "kv_bytes": (dim, np.where(decoded, p.prompt * per_token, 0.0), {"units": "B"}),
+        "optimal_assignment": (dim, hs.opt_tok[:n], opt),
+        "optimal_assignment_requests": (dim, hs.opt_req[:n], opt),
     }
 
 
-def _instance_vars(res: EngineResult) -> dict:
+def _instance_blocks(res: RunResult) -> np.ndarray:
+    return np.array([res.pools[k].params.num_gpu_blocks for k in res.pool_of], dtype=np.int64)
+
+
+def _requests_served(res: RunResult) -> np.ndarray:
+    n = len(res.reqs.prompt)
+    served = np.zeros(res.num_instances, dtype=np.int64)
+    if res.architecture == "pd":
+        owners = (res.pd.p_of[:n], res.pd.d_of[:n] + res.pd.gi[Q_DBASE])
+    else:
+        owners = (res.reqs.inst.astype(np.int64),)
+    for owner in owners:
+        owner = owner[owner >= 0]
+        served += np.bincount(owner, minlength=res.num_instances)[: res.num_instances]
+    return served
+
+
+def _instance_vars(res: RunResult) -> dict:
     acc = res.inst.acc
     busy = acc[:, A_BUSY_TIME]
     dim = ("instance",)
+    tw = {"description": "time-weighted over busy time"}
     with np.errstate(invalid="ignore", divide="ignore"):
-        kv = acc[:, A_KV_TIME] / busy / res.params.num_gpu_blocks
+        kv = acc[:, A_KV_TIME] / busy / _instance_blocks(res)
         batch = acc[:, A_BATCH_TIME] / busy
     return {
-        "busy_s": (dim, busy, {"units": "s"}),
+        "busy_s": (dim, busy, S),
         "num_steps": (dim, res.inst.ist[:, I_STEPS]),
-        "mean_kv_usage": (dim, kv, {"description": "time-weighted over busy time"}),
-        "mean_batch_size": (dim, batch, {"description": "time-weighted over busy time"}),
+        "mean_kv_usage": (dim, kv, tw),
+        "mean_batch_size": (dim, batch, tw),
         "tokens_computed": (dim, acc[:, A_TOKENS]),
         "prefill_tokens_computed": (dim, acc[:, A_PREFILL_TOKENS]),
+        "requests_served": (dim, _requests_served(res)),
+        "num_gpu_blocks": (dim, _instance_blocks(res)),
     }
 
 
-def to_dataset(res: EngineResult, *, attrs: dict | None = None) -> xr.Dataset:
-    """The run as a Dataset: ``request``, ``step`` and ``instance`` dims; ``attrs`` added."""
+def _step_vars(res: RunResult) -> dict:
+    s = recorded_steps(res.rec)
+    inst = s["inst"].astype(np.int64)
+    stage = (res.roles[inst] == "decode").astype(np.int8) if inst.size else inst
+    order = np.lexsort((stage, s["t"]))  # start time, then upstream roles first (stable)
+    blocks = _instance_blocks(res)[inst] if inst.size else np.ones(0)
+    dim = ("step",)
+    return {
+        "step_start_s": (dim, s["t"][order], S),
+        "step_time_s": (dim, s["dt"][order], S),
+        "step_instance": (dim, s["inst"][order]),
+        "batch_size": (dim, s["batch"][order], {"description": "requests scheduled in the step"}),
+        "num_tokens": (dim, s["tokens"][order]),
+        "num_prefill_tokens": (dim, s["prefill_tokens"][order],
+                               {"description": "tokens of requests not decoding"}),
+        "kv_blocks_used": (dim, s["kv_used"][order]),
+        "kv_usage": (dim, (s["kv_used"] / blocks)[order],
+                     {"description": "used / num_gpu_blocks of the step's instance"}),
+        "num_waiting": (dim, s["waiting"][order]),
+        "num_running": (dim, s["running"][order]),
+    }
+
+
+def _run_attrs(res: RunResult) -> dict:
     stride = int(res.rec.meta[1])
-    ds = xr.Dataset(
-        {**_request_vars(res), **_step_vars(res), **_instance_vars(res)},
-        coords={"request": np.arange(len(res.reqs.prompt)),
-                "instance": np.arange(res.num_instances)},
-    )
-    ds.attrs.update({
+    attrs = {
+        "architecture": res.architecture,
         "total_steps": res.num_steps,
         "step_stride": stride,
         "step_note": f"every {stride}-th engine step is recorded" if stride > 1
         else "every engine step is recorded",
-        "num_gpu_blocks": res.params.num_gpu_blocks,
-    })
+        "num_gpu_blocks": res.pools[-1].params.num_gpu_blocks,
+    }
+    h = res.handoff
+    if h is not None:
+        attrs.update({"router": h.router, "assignment": h.assignment,
+                      "layerwise_transfer": int(bool(h.layerwise)),
+                      "prefill_stage": h.prefill_stage})
+    return attrs
+
+
+def to_dataset(res: RunResult, *, attrs: dict | None = None) -> xr.Dataset:
+    """The run as a Dataset: ``request``, ``step`` and ``instance`` dims; ``attrs`` added."""
+    data = {**_request_vars(res), **_step_vars(res), **_instance_vars(res)}
+    if res.architecture == "pd":
+        data.update(_handoff_vars(res))
+    ds = xr.Dataset(data, coords={
+        "request": np.arange(len(res.reqs.prompt)),
+        "instance": np.arange(res.num_instances),
+        "role": ("instance", res.roles), "gpu": ("instance", res.gpus)})
+    ds.attrs.update(_run_attrs(res))
     if attrs:
         ds.attrs.update(attrs)
     return ds
 
 
-def _pct(x: np.ndarray, prefix: str, out: dict, scale: float = 1e3, unit: str = "ms") -> None:
-    x = x[np.isfinite(x)]
-    out[f"mean_{prefix}_{unit}"] = float(x.mean() * scale) if x.size else float("nan")
-    for p in PERCENTILES:
-        name = "median" if p == 50 else f"p{p}"
-        out[f"{name}_{prefix}_{unit}"] = (float(np.percentile(x, p) * scale) if x.size
-                                          else float("nan"))
-
-
-def summarize(ds: xr.Dataset, slo: dict | None = None) -> dict:
-    """Summary metrics (``vllm bench serve`` names, milliseconds) of a simulation Dataset.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        From :func:`to_dataset` (or read back from NetCDF).
-    slo : dict, optional
-        ``ttft_ms``, ``tpot_ms`` (either may be None), ``percentile`` (e.g. 90) and
-        ``attainment`` (a fraction or None). Adds the SLO verdict: with ``attainment`` the
-        fraction of requests meeting both goals must reach it (DistServe); otherwise the
-        given percentile of each metric must be within its goal.
-    """
+def completed(ds: xr.Dataset) -> np.ndarray:
+    """Mask of the requests that finished (not rejected)."""
     status = ds["status"].values
-    done = (status > PREEMPTED) & (status != FINISHED_IGNORED)
-    arrival = ds["arrival_s"].values
-    finish = ds["finish_s"].values
-    out_len = ds["output_len"].values[done]
-    prompt = ds["prompt_len"].values[done]
-    start = float(np.nanmin(arrival)) if arrival.size else 0.0
-    duration = float(np.nanmax(finish[done]) - start) if done.any() else 0.0
-    first = ds["first_token_s"].values[done]
-    s: dict = {
-        "completed": int(done.sum()),
-        "failed": int((status == FINISHED_IGNORED).sum()),
-        "duration_s": duration,
-        "total_input_tokens": int(prompt.sum()),
-        "total_output_tokens": int(out_len.sum()),
-    }
-    per_s = 1.0 / duration if duration > 0 else float("nan")
-    s["request_throughput"] = s["completed"] * per_s
-    s["output_throughput"] = s["total_output_tokens"] * per_s
-    s["total_token_throughput"] = (s["total_input_tokens"] + s["total_output_tokens"]) * per_s
-    for name, var in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2el", "e2e_s"),
-                      ("queue", "queue_s"), ("max_itl", "itl_max_s")):
-        _pct(ds[var].values[done], name, s)
-    gaps = np.maximum(out_len - 1, 0).sum()
-    s["mean_itl_ms"] = float((finish[done] - first).sum() / gaps * 1e3) if gaps else float("nan")
-    s["num_preemptions"] = int(ds["num_preemptions"].values.sum())
-    s["prefix_hit_rate"] = (float(ds["prefix_hit_tokens"].values[done].sum() / prompt.sum())
-                            if prompt.sum() else 0.0)
-    busy = ds["busy_s"].values
-    s["mean_kv_usage"] = float(np.nansum(ds["mean_kv_usage"].values * busy) / busy.sum()) \
-        if busy.sum() > 0 else 0.0
-    s["max_kv_usage"] = float(ds["kv_usage"].values.max()) if ds.sizes.get("step") else 0.0
-    s["mean_batch_size"] = float(np.nansum(ds["mean_batch_size"].values * busy) / busy.sum()) \
-        if busy.sum() > 0 else 0.0
-    s["total_steps"] = int(ds.attrs.get("total_steps", 0))
-    if slo:
-        s.update(slo_verdict(ds, done, slo))
-    return s
+    return (status > PREEMPTED) & (status != FINISHED_IGNORED)
 
 
-def slo_verdict(ds: xr.Dataset, done: np.ndarray, slo: dict) -> dict:
-    """Whether the run meets ``slo`` (see :func:`summarize`)."""
-    ttft = ds["ttft_s"].values[done] * 1e3
-    tpot = ds["tpot_s"].values[done] * 1e3
-    goal_ttft, goal_tpot = slo.get("ttft_ms"), slo.get("tpot_ms")
-    ok = np.ones(ttft.shape, dtype=bool)
-    if goal_ttft is not None:
-        ok &= ttft <= goal_ttft
-    if goal_tpot is not None:
-        ok &= ~(tpot > goal_tpot)  # NaN TPOT (1-token outputs) meets any TPOT goal
-    out = {"slo_attainment": float(ok.mean()) if ok.size else float("nan")}
-    if slo.get("attainment") is not None:
-        out["slo_met"] = bool(ok.size and ok.mean() >= slo["attainment"])
-        return out
-    p = float(slo.get("percentile", 90))
-    met = bool(ok.size)
-    for name, x, goal in (("ttft", ttft, goal_ttft), ("tpot", tpot, goal_tpot)):
-        x = x[np.isfinite(x)]
-        value = float(np.percentile(x, p)) if x.size else float("nan")
-        out[f"slo_p{p:g}_{name}_ms"] = value
-        if goal is not None and not value <= goal:
-            met = False
-    out["slo_met"] = met
-    return out
-
-
-def summary_json(summary: dict) -> str:
-    """JSON text of a summary (NaN written as null)."""
-    clean = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
-             for k, v in summary.items()}
-    return json.dumps(clean, indent=2)
+__all__ = ["completed", "slo_verdict", "summarize", "summary_json", "to_dataset"]

@@ -91,14 +91,21 @@ POLICY_VLLM_V1 = int(Policy.VLLM_V1)
 POLICY_SGLANG = int(Policy.SGLANG)
 POLICY_PREFILL_PRIORITY = int(Policy.PREFILL_PRIORITY)
 
-# per-instance engine knobs: knobs[i, K_*]
+POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyhook)
+
+# per-instance engine knobs: knobs[i, K_*]. K_ROLE is the instance's role
+# (serveplan.sim.pools.Role), K_COST its row in the cost tables, K_SEQ_CAP its configured
+# max_num_seqs and K_SLOTS its sequence slots (a prefill instance has extra slots for the
+# finished prefills whose KV it holds; K_MAX_SEQS may be lowered while it holds them).
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
- K_WATERMARK, K_MAX_MODEL_LEN) = range(9)
-N_KNOBS = 9
-# global knobs and counters: glob[G_*]
+ K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS) = range(13)
+N_KNOBS = 13
+# global knobs and counters: glob[G_*]. Arrivals are routed to instances
+# [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
+# whose Python policy must fill the next batch (0: not paused).
 (G_ROUTER, G_CONCURRENCY, G_HASH_BLOCK, G_NEXT, G_NOPEN, G_DONE, G_RR, G_STEPS, G_ERROR,
- G_MAX_STEPS) = range(10)
-N_GLOB = 10
+ G_MAX_STEPS, G_ENTRY_LO, G_ENTRY_HI, G_PAUSE) = range(13)
+N_GLOB = 13
 ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
 # per-instance integer state: inst.ist[i, I_*]
 I_NRUN, I_WHEAD, I_WLEN, I_BUSY, I_BATCH, I_NSLOT, I_STEPS = range(7)
@@ -143,9 +150,11 @@ def make_reqs(arrival, prompt, output, hash_ids=None, hash_off=None) -> Reqs:
     )
 
 
-def make_inst(n_inst: int, max_num_seqs: int, max_blocks_per_req: int, queue_cap: int) -> Inst:
-    """Per-instance state: ``max_num_seqs`` slots of ``max_blocks_per_req`` blocks each."""
-    s, mb = int(max_num_seqs), int(max_blocks_per_req)
+def make_inst(n_inst: int, max_num_seqs, max_blocks_per_req: int, queue_cap: int) -> Inst:
+    """Per-instance state: ``max_num_seqs`` slots (an int, or one per instance) of
+    ``max_blocks_per_req`` blocks each; arrays are sized for the largest instance."""
+    slots = np.broadcast_to(np.asarray(max_num_seqs, dtype=np.int64), (n_inst,))
+    s, mb = int(slots.max()), int(max_blocks_per_req)
     inst = Inst(
         ist=np.zeros((n_inst, N_IST), dtype=np.int64),
         acc=np.zeros((n_inst, N_ACC), dtype=np.float64),
@@ -161,7 +170,9 @@ def make_inst(n_inst: int, max_num_seqs: int, max_blocks_per_req: int, queue_cap
         load=np.zeros(n_inst, dtype=np.int64),
         hits=np.zeros(mb, dtype=np.int32),
     )
-    inst.ist[:, I_NSLOT] = s
+    for i, k in enumerate(slots):
+        inst.free_slots[i, : int(k)] = np.arange(int(k), dtype=np.int32)[::-1]
+    inst.ist[:, I_NSLOT] = slots
     return inst
 
 

@@ -144,8 +144,12 @@ def _pd(router: str = "sibyl", *, p_kw: dict | None = None, d_kw: dict | None = 
     out.update({f"d_reqs.{f}": _arr(getattr(res.d_reqs, f)) for f in PD_D_FIELDS})
     out.update({f"pd.{f}": _arr(getattr(res.pd, f)) for f in PD_FIELDS})
     out["num_steps"] = _arr(res.num_steps)
-    out["p_inst.acc"] = _arr(res.p_inst.acc)
-    out["d_inst.acc"] = _arr(res.d_inst.acc)
+    acc = res.inst.acc
+    p_acc = acc[res.pool_of == 0]
+    if p_acc.shape[0] == 0:  # delay stage: the old loop kept one idle placeholder instance
+        p_acc = np.zeros((1, acc.shape[1]))
+    out["p_inst.acc"] = _arr(p_acc)
+    out["d_inst.acc"] = _arr(acc[res.pool_of == 1])
     for side in ("p_reqs", "d_reqs"):
         if not (out[f"{side}.status"] >= FINISHED_MIN).all():
             raise AssertionError(f"a request did not finish ({side})")

@@ -14,7 +14,7 @@ from serveplan.sim.pd import (
     prefill_seconds,
     run_pd,
 )
-from serveplan.sim.pd_results import summarize_pd, to_pd_dataset
+from serveplan.sim.results import summarize, to_dataset
 from serveplan.sim.workload import Fixed, PoissonArrivals, Requests, Uniform, generate_requests
 
 AMPLE = EngineParams(num_gpu_blocks=20000, max_model_len=4096)
@@ -31,7 +31,7 @@ def pd_compiled():
 
 
 def _ds(res):
-    return to_pd_dataset(res)
+    return to_dataset(res)
 
 
 def test_tandem_equivalence_1p1d(pd_compiled, oracle_8b):
@@ -250,7 +250,7 @@ def test_closed_loop_pd(pd_compiled):
     assert np.isfinite(finish).all()
     for t in arrival:
         assert ((arrival <= t) & (finish > t)).sum() <= 4
-    summary = summarize_pd(ds)
+    summary = summarize(ds)
     assert summary["completed"] == 60
 
 
@@ -261,5 +261,5 @@ def test_rejected_and_capped_requests(pd_compiled):
     ds = _ds(run_pd(req, pool, pool))
     assert ds["status"].values.tolist() == [4, 6, 5]
     assert ds["output_len"].values.tolist() == [5, 0, 206]
-    s = summarize_pd(ds)
+    s = summarize(ds)
     assert s["completed"] == 2 and s["failed"] == 1

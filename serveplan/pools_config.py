@@ -1,0 +1,430 @@
+"""Deployment configs: a list of role pools, and the two older forms it generalizes.
+
+The pool form lists pools of identical instances, each with a ``role``, a ``count`` (alias
+``num_instances``) and every :class:`InstanceConfig` field (model, GPU, parallelism, dtype,
+scheduler, vLLM engine knobs)::
+
+    deployment:
+      pools:
+        - {role: prefill, model: llama-3.1-8b, gpu: h100, count: 2, max_num_seqs: 16}
+        - {role: decode,  model: llama-3.1-8b, gpu: h200, count: 4, tp: 2}
+      router: least-loaded       # entry router: colocated instances, or prefill instances
+      decode_router: sibyl       # prefill -> decode boundary (prefill/decode pools only)
+
+Roles are one ``colocated`` pool, or one ``prefill`` and one ``decode`` pool serving the
+same model. The prefill/decode boundary takes the options of :class:`PDDeployment`
+(``assignment``, ``layerwise_transfer``, ``placement``, ``kv_link_bw``,
+``kv_link_latency_s``, ``kv_connector``, ``prefill_stage``, ``prefill_hold``,
+``decode_cost``, ``sibyl``); ``router`` is the colocated router (``round-robin``,
+``least-outstanding-tokens``, ``least-requests``) or the prefill router (``least-loaded``,
+``round-robin``), by architecture.
+
+The older forms stay valid: :class:`Deployment` (one colocated pool, ``architecture:
+colocated``) and :class:`PDDeployment` (``architecture: pd`` with ``prefill`` and
+``decode``). They convert at the edges: :func:`to_pools` (any form to
+:class:`PoolsDeployment`) and :func:`to_legacy` (to :class:`Deployment` or
+:class:`PDDeployment`, for code written against those); :func:`parse_architecture` reads any
+form from a mapping. :mod:`serveplan.config` re-exports everything here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority"]
+RouterName = Literal["round-robin", "least-outstanding-tokens", "least-requests"]
+PrefillRouterName = Literal["least-loaded", "round-robin"]
+DecodeRouterName = Literal["round-robin", "least-loaded", "least-requests", "sibyl", "sibyl-p1",
+                           "sibyl-no-type1", "sibyl-no-type2", "sibyl-no-type3",
+                           "sibyl-reqlevel"]
+DECODE_ROUTER_ALIASES = {"rr": "round-robin", "ils": "least-loaded", "ils-tokens": "least-loaded",
+                         "ils-requests": "least-requests"}
+DTypeName = Literal["bf16", "fp16", "fp8"]
+RoleName = Literal["colocated", "prefill", "decode", "attention", "ffn"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ----------------------------------------------------------------------------- instances
+class EngineConfig(_Frozen):
+    """vLLM engine knobs (names and defaults as ``vllm serve``)."""
+
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="Token budget per step. Default: 8192 with chunked prefill, "
+        "else max(max_model_len, 2048) as vLLM.")
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    block_size: int | None = Field(None, ge=1, description="Default 16 (64 for MLA models).")
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = Field(0, ge=0)
+    num_gpu_blocks: int | None = Field(
+        None, ge=2, description="Override the memory planner (vLLM num_gpu_blocks_override; "
+        "one block is vLLM's null block).")
+    max_model_len: int | None = Field(None, ge=2, description="Default: the model's context.")
+    watermark: float | None = Field(
+        None, ge=0.0, lt=1.0, description="Fraction of blocks kept free when admitting; "
+        "default 0 (vLLM v1), 0.01 for prefill-priority (vLLM v0).")
+
+    @model_validator(mode="after")
+    def _budget_holds_seqs(self):
+        mnbt = self.max_num_batched_tokens
+        if mnbt is not None and mnbt < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs "
+                             f"({self.max_num_seqs}), as vLLM requires")
+        return self
+
+
+class InstanceConfig(EngineConfig):
+    """One serving instance: model, hardware, parallelism, scheduler and engine knobs."""
+
+    model: str = Field(description="Catalog name or HF config.json path.")
+    gpu: str = Field(description="Catalog name or GPU YAML path.")
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    dtype: DTypeName | None = None
+    kv_dtype: DTypeName | None = None
+    cuda_graph: bool = True
+    profile: str | None = Field(None, description="Calibration profile JSON path.")
+    scheduler: SchedulerName = "vllm-v1"
+
+
+INSTANCE_FIELDS = tuple(InstanceConfig.model_fields)
+
+
+def instance_fields(config: InstanceConfig) -> dict:
+    """The :class:`InstanceConfig` fields of ``config`` (a deployment or a pool)."""
+    return {name: getattr(config, name) for name in INSTANCE_FIELDS}
+
+
+def _error(model: str, loc: tuple, message: str, value) -> ValidationError:
+    """A validation error at ``loc`` (relative to the model being validated)."""
+    return ValidationError.from_exception_data(model, [InitErrorDetails(
+        type=PydanticCustomError("deployment", "{message}", {"message": message}),
+        loc=loc, input=value)])
+
+
+def _same_model(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()
+
+
+# ----------------------------------------------------------------------------- older forms
+class Deployment(InstanceConfig):
+    """Colocated deployment: ``num_instances`` identical instances behind a router."""
+
+    architecture: Literal["colocated"] = "colocated"
+    num_instances: int = Field(1, ge=1)
+    router: RouterName = "round-robin"
+
+    def to_pools(self) -> PoolsDeployment:
+        return to_pools(self)
+
+
+class Pool(InstanceConfig):
+    """``num_instances`` identical instances of one role (a PD pool)."""
+
+    num_instances: int = Field(1, ge=1)
+
+
+class FittedThroughputConfig(_Frozen):
+    """SIBYL's fitted decode throughput (Appendix I, Eq. 15): an instance running ``N``
+    requests makes ``TPS(N) = alpha N^2 + beta N + gamma`` tokens/s, split equally; floored
+    at ``min_tps``. Defaults: the paper's H20 / Qwen3-32B fit."""
+
+    kind: Literal["fitted-throughput"] = "fitted-throughput"
+    alpha: float = -0.423
+    beta: float = 44.766
+    gamma: float = -7.753
+    min_tps: float = Field(1.0, gt=0)
+    plateau: bool = Field(False, description="Hold TPS at its peak beyond the peak's batch "
+                          "size (the paper's prose) instead of the raw quadratic (its simulator).")
+
+
+class SibylConfig(_Frozen):
+    """SIBYL router settings (``papers/sibyl.txt`` §4.2)."""
+
+    delta: float = Field(128.0, gt=0, description="Survival bucket step (tokens).")
+    alpha: float = Field(0.99, gt=0, lt=1, description="EMA weight of the old value (Eq. 4).")
+    max_length: int | None = Field(None, ge=1, description="Longest output resolved; "
+                                   "default: the decode pool's max_model_len.")
+    pending_capacity: int | None = Field(None, ge=1, description="Pending slots per decode "
+                                         "instance (default max(256, 8 n / n_decode)).")
+
+
+class _Boundary(_Frozen):
+    """The prefill -> decode boundary options shared by the PD and pool forms."""
+
+    assignment: Literal["early", "late"] = "early"
+    layerwise_transfer: bool = False
+    placement: Literal["packed", "separate"] = "packed"
+    kv_link_bw: float | None = Field(None, gt=0)
+    kv_link_latency_s: float | None = Field(None, ge=0)
+    kv_connector: str = "NixlConnector"
+    prefill_stage: Literal["engine", "delay"] = "engine"
+    prefill_hold: int | None = Field(None, ge=0, description="Finished prefills whose KV an "
+                                     "instance holds before admitting fewer (default 256).")
+    decode_cost: Literal["oracle"] | FittedThroughputConfig = "oracle"
+    sibyl: SibylConfig = SibylConfig()
+
+    @model_validator(mode="after")
+    def _layerwise_early(self):
+        if self.layerwise_transfer and self.assignment != "early":
+            raise ValueError("layerwise_transfer needs assignment: early (the decode instance "
+                             "must be known when the prefill starts)")
+        return self
+
+
+BOUNDARY_FIELDS = tuple(_Boundary.model_fields)
+
+
+class _PDPools(_Frozen):
+    architecture: Literal["pd"] = "pd"
+    prefill: Pool
+    decode: Pool
+    router: DecodeRouterName = "round-robin"
+    prefill_router: PrefillRouterName = "least-loaded"
+
+
+class PDDeployment(_Boundary, _PDPools):  # this base order keeps the fields in file order
+    """Prefill/decode disaggregation: a prefill pool hands KV caches to a decode pool.
+
+    ``router`` binds each request to a decode instance, at dispatch (``assignment: early``)
+    or at its prefill end (``late``); ``prefill_router`` picks its prefill instance. KV moves
+    over NVLink between instances on one node and over the scale-out network otherwise
+    (``placement``: ``packed`` puts the decode pool right after the prefill pool,
+    ``separate`` on its own nodes); ``kv_link_bw`` (bytes/s per GPU) and
+    ``kv_link_latency_s`` override the GPU's links. ``layerwise_transfer`` streams KV while
+    the prefill runs (early assignment only). ``prefill_stage: delay`` replaces the prefill
+    pool by SIBYL's infinite-server delay (each prefill alone, no queueing);
+    ``decode_cost`` may be SIBYL's fitted throughput instead of the cost oracle.
+    ``kv_connector`` names vLLM's KV connector for launch export. Both pools serve the
+    same model.
+    """
+
+    @field_validator("router", mode="before")
+    @classmethod
+    def _router_alias(cls, v):
+        return DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _one_model(self):
+        p, d = self.prefill.model, self.decode.model
+        if not _same_model(p, d):
+            raise _error("PDDeployment", ("decode", "model"),
+                         f"{d!r} differs from prefill.model {p!r}: the prefill and decode "
+                         "pools must serve the same model", d)
+        return self
+
+    def to_pools(self) -> PoolsDeployment:
+        return to_pools(self)
+
+
+# ----------------------------------------------------------------------------- pool form
+ROLE_SETS = {("colocated",): "colocated", ("decode", "prefill"): "pd"}
+ROLE_ORDER = {"colocated": 0, "prefill": 1, "decode": 2, "attention": 3, "ffn": 4}
+ENTRY_ROUTERS = {"colocated": get_args(RouterName), "pd": get_args(PrefillRouterName)}
+ENTRY_ROUTER_ALIASES = {"colocated": {"rr": "round-robin", "least-loaded":
+                                      "least-outstanding-tokens"},
+                        "pd": {"rr": "round-robin"}}
+DEFAULT_ENTRY_ROUTER = {"colocated": "round-robin", "pd": "least-loaded"}
+PD_ONLY_FIELDS = ("decode_router", *BOUNDARY_FIELDS)
+
+
+class PoolConfig(InstanceConfig):
+    """``count`` identical instances with one ``role`` (``num_instances`` is an alias)."""
+
+    role: RoleName
+    count: int = Field(1, ge=1, description="Instances in the pool.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count_alias(cls, data):
+        if isinstance(data, Mapping) and "num_instances" in data:
+            if "count" in data:
+                raise PydanticCustomError("deployment", "give count or num_instances (its "
+                                          "alias), not both")
+            data = {("count" if k == "num_instances" else k): v for k, v in data.items()}
+        return data
+
+
+def _role_of(pool) -> str | None:
+    role = pool.get("role") if isinstance(pool, Mapping) else getattr(pool, "role", None)
+    return role if isinstance(role, str) else None
+
+
+def architecture_of(roles) -> str | None:
+    """``colocated`` or ``pd`` for a supported list of pool roles, else None."""
+    return ROLE_SETS.get(tuple(sorted(roles)))
+
+
+class _Pools(_Frozen):
+    pools: tuple[PoolConfig, ...]
+    architecture: Literal["colocated", "pd"] | None = None
+    router: str | None = Field(None, description="Entry router: colocated instances "
+                               "(round-robin | least-outstanding-tokens | least-requests) or "
+                               "prefill instances (least-loaded | round-robin).")
+    decode_router: DecodeRouterName = "round-robin"
+
+
+class PoolsDeployment(_Boundary, _Pools):  # this base order puts the pools first
+    """A deployment as a list of role pools (module docstring).
+
+    ``architecture`` follows from the roles (``colocated`` or ``pd``); ``router`` defaults
+    to ``round-robin`` for colocated pools and ``least-loaded`` for prefill pools.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data):
+        if not isinstance(data, Mapping):
+            return data
+        if "prefill_router" in data:
+            raise _error("PoolsDeployment", ("prefill_router",), "in the pool form the "
+                         "prefill router is `router` (the entry router)",
+                         data["prefill_router"])
+        per_pool = [k for k in data if k in INSTANCE_FIELDS or k in ("count", "num_instances")]
+        if per_pool:
+            key = per_pool[0]
+            field = "count" if key == "num_instances" else key
+            raise _error("PoolsDeployment", (key,), f"in the pool form {key} is set per pool: "
+                         f"pools[i].{field} (command line: --set deployment.pools.0.{field}=...)",
+                         data[key])
+        pools = data.get("pools")
+        roles = [_role_of(p) for p in pools] if isinstance(pools, (list, tuple)) else []
+        data = dict(data)
+        if data.get("architecture") is None:  # from the roles (checked once they are valid)
+            data["architecture"] = architecture_of(r for r in roles if r) or (
+                "pd" if {"prefill", "decode"} & set(roles) else "colocated")
+        router = data.get("router")
+        if router is None:
+            data["router"] = DEFAULT_ENTRY_ROUTER.get(data["architecture"], "round-robin")
+        elif isinstance(router, str):
+            data["router"] = ENTRY_ROUTER_ALIASES.get(data["architecture"], {}).get(router,
+                                                                                   router)
+        return data
+
+    @field_validator("decode_router", mode="before")
+    @classmethod
+    def _router_alias(cls, v):
+        return DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _check(self):
+        roles = [p.role for p in self.pools]
+        arch = architecture_of(roles)
+        if not roles:
+            raise _error("PoolsDeployment", ("pools",), "give at least one pool", [])
+        if arch is None:
+            raise _error("PoolsDeployment", ("pools",), f"roles {roles} are not supported: "
+                         "give one colocated pool, or one prefill and one decode pool "
+                         "(attention/FFN pools and several pools per role are not supported "
+                         "yet)", roles)
+        if self.architecture != arch:
+            raise _error("PoolsDeployment", ("architecture",), f"{self.architecture!r} does "
+                         f"not match the pools' roles {roles} (architecture {arch!r})",
+                         self.architecture)
+        first = self.pools[0].model
+        for i, p in enumerate(self.pools[1:], start=1):
+            if not _same_model(p.model, first):
+                raise _error("PoolsDeployment", ("pools", i, "model"), f"{p.model!r} differs "
+                             f"from pools[0].model {first!r}: the prefill and decode pools "
+                             "must serve the same model", p.model)
+        self._check_options(arch)
+        return self
+
+    def _check_options(self, arch: str) -> None:
+        valid = ENTRY_ROUTERS[arch]
+        if self.router not in valid:
+            kind = "colocated instances" if arch == "colocated" else "prefill instances"
+            raise _error("PoolsDeployment", ("router",), f"{self.router!r} is not a router "
+                         f"of {kind} (valid: {', '.join(valid)})", self.router)
+        if arch == "colocated":  # a default value is harmless (a dump holds every field)
+            fields = type(self).model_fields
+            extra = [f for f in PD_ONLY_FIELDS if getattr(self, f) != fields[f].default]
+            if extra:
+                raise _error("PoolsDeployment", (extra[0],), "only for prefill and decode "
+                             "pools (this deployment has one colocated pool)",
+                             getattr(self, extra[0]))
+
+    def pool(self, role: str) -> PoolConfig | None:
+        """The pool with ``role``, if any."""
+        return next((p for p in self.pools if p.role == role), None)
+
+    def ordered_pools(self) -> tuple[PoolConfig, ...]:
+        """The pools in role order: colocated, prefill, decode."""
+        return tuple(sorted(self.pools, key=lambda p: ROLE_ORDER[p.role]))
+
+    def to_pools(self) -> PoolsDeployment:
+        return self
+
+    def to_legacy(self) -> Deployment | PDDeployment:
+        return to_legacy(self)
+
+
+# ----------------------------------------------------------------------------- conversions
+AnyDeployment = Deployment | PDDeployment | PoolsDeployment
+
+
+def to_pools(deployment: AnyDeployment | Mapping) -> PoolsDeployment:
+    """Any deployment form (or mapping) as a :class:`PoolsDeployment`."""
+    d = parse_architecture(dict(deployment)) if isinstance(deployment, Mapping) else deployment
+    if isinstance(d, PoolsDeployment):
+        return d
+    if isinstance(d, Deployment):
+        pool = PoolConfig(role="colocated", count=d.num_instances, **instance_fields(d))
+        return PoolsDeployment(pools=(pool,), architecture="colocated", router=d.router)
+    if isinstance(d, PDDeployment):
+        pools = tuple(PoolConfig(role=role, count=p.num_instances, **instance_fields(p))
+                      for role, p in (("prefill", d.prefill), ("decode", d.decode)))
+        boundary = {name: getattr(d, name) for name in BOUNDARY_FIELDS}
+        return PoolsDeployment(pools=pools, architecture="pd", router=d.prefill_router,
+                               decode_router=d.router, **boundary)
+    raise TypeError(f"not a deployment: {type(d).__name__}")
+
+
+def to_legacy(deployment: AnyDeployment | Mapping) -> Deployment | PDDeployment:
+    """Any deployment form (or mapping) as a :class:`Deployment` or :class:`PDDeployment`."""
+    d = parse_architecture(dict(deployment)) if isinstance(deployment, Mapping) else deployment
+    if isinstance(d, (Deployment, PDDeployment)):
+        return d
+    if not isinstance(d, PoolsDeployment):
+        raise TypeError(f"not a deployment: {type(d).__name__}")
+    if d.architecture == "colocated":
+        p = d.pools[0]
+        return Deployment(num_instances=p.count, router=d.router, **instance_fields(p))
+    pre, dec = (Pool(num_instances=p.count, **instance_fields(p))
+                for p in (d.pool("prefill"), d.pool("decode")))
+    boundary = {name: getattr(d, name) for name in BOUNDARY_FIELDS}
+    return PDDeployment(prefill=pre, decode=dec, router=d.decode_router,
+                        prefill_router=d.router, **boundary)
+
+
+def parse_architecture(v):
+    """A deployment mapping validated as :class:`PoolsDeployment` (it has a ``pools`` key),
+    :class:`Deployment` or :class:`PDDeployment` (by ``architecture``, default
+    ``colocated``); models pass through."""
+    if not isinstance(v, Mapping):
+        return v
+    if "pools" in v:
+        return PoolsDeployment.model_validate(v)
+    arch = v.get("architecture", "colocated")
+    if arch == "pd":
+        return PDDeployment.model_validate(v)
+    if arch == "colocated":
+        return Deployment.model_validate(v)
+    raise ValueError(f"architecture given an invalid value: {arch!r} (valid: 'colocated', "
+                     "'pd'; or list role pools under `pools`)")
+
+
+__all__ = ["AnyDeployment", "DECODE_ROUTER_ALIASES", "Deployment", "EngineConfig",
+           "FittedThroughputConfig", "InstanceConfig", "PDDeployment", "Pool", "PoolConfig",
+           "PoolsDeployment", "SibylConfig", "instance_fields", "parse_architecture",
+           "to_legacy", "to_pools"]

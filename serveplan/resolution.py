@@ -1,0 +1,314 @@
+"""Resolving a deployment: any config form -> role pools -> what the simulator runs.
+
+:func:`resolve` takes a deployment in any form (:class:`~serveplan.config.Deployment`,
+:class:`~serveplan.config.PDDeployment`, the pool form
+:class:`~serveplan.pools_config.PoolsDeployment`, or a mapping of one of them), turns it into
+role pools and resolves each pool once: its cost oracle, its engine knobs with vLLM's
+defaults filled in, and its KV capacity from the memory planner unless ``num_gpu_blocks`` is
+given. A prefill/decode deployment also gets its KV link
+(:meth:`~serveplan.sim.kvlink.KVLink.from_specs`) and, on request, SIBYL's fitted decode
+throughput instead of the decode pool's oracle. The :class:`ResolvedServing` it returns
+gives the simulator's inputs (:meth:`~ResolvedServing.pool_specs`,
+:meth:`~ResolvedServing.handoff`, :attr:`~ResolvedServing.router`) and the JSON-able record
+of what was resolved (:meth:`~ResolvedServing.describe`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from serveplan.estimator.memory import default_block_size, plan_memory
+from serveplan.estimator.oracle import CostOracle
+from serveplan.estimator.specs import Parallelism
+from serveplan.pools_config import (
+    AnyDeployment,
+    Deployment,
+    InstanceConfig,
+    PoolConfig,
+    PoolsDeployment,
+    instance_fields,
+    to_legacy,
+    to_pools,
+)
+from serveplan.sim.costs import FittedThroughputCost
+from serveplan.sim.engine import EngineParams
+from serveplan.sim.kvlink import KVLink
+from serveplan.sim.pools import Handoff, PoolSpec, Role
+from serveplan.sim.state import Policy, Router
+
+POLICIES = {"vllm-v1": Policy.VLLM_V1, "sglang": Policy.SGLANG,
+            "prefill-priority": Policy.PREFILL_PRIORITY}
+ROUTERS = {"round-robin": Router.ROUND_ROBIN,
+           "least-outstanding-tokens": Router.LEAST_OUTSTANDING_TOKENS,
+           "least-requests": Router.LEAST_REQUESTS}
+ROLES = {"colocated": Role.COLOCATED, "prefill": Role.PREFILL, "decode": Role.DECODE}
+
+
+# ----------------------------------------------------------------------------- one instance
+@dataclass(frozen=True, eq=False)
+class ResolvedDeployment:
+    """A colocated deployment (or one pool of instances) with every default filled in:
+    oracle, engine knobs, memory plan."""
+
+    deployment: Deployment
+    oracle: CostOracle
+    params: EngineParams
+    memory: dict | None  # the memory plan (None when num_gpu_blocks was given)
+
+    def describe(self) -> dict:
+        p = self.params
+        return {
+            **self.oracle.describe(),
+            "scheduler": self.deployment.scheduler,
+            "num_instances": self.deployment.num_instances,
+            "router": self.deployment.router,
+            "max_num_seqs": p.max_num_seqs,
+            "max_num_batched_tokens": p.max_num_batched_tokens,
+            "block_size": p.block_size,
+            "num_gpu_blocks": p.num_gpu_blocks + 1,
+            "usable_kv_blocks": p.num_gpu_blocks,
+            "enable_prefix_caching": p.enable_prefix_caching,
+            "enable_chunked_prefill": p.chunked,
+            "long_prefill_token_threshold": p.long_prefill_token_threshold,
+            "watermark": p.watermark,
+            "max_model_len": p.max_model_len,
+            "memory_plan": self.memory,
+        }
+
+
+def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
+               block_size: int) -> tuple[int, dict | None]:
+    """KV blocks per instance (vLLM's count, null block included) and the memory plan."""
+    if d.num_gpu_blocks is not None:
+        return d.num_gpu_blocks, None
+    plan = plan_memory(oracle.model, oracle.gpu, Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
+                       gpu_memory_utilization=d.gpu_memory_utilization,
+                       max_num_batched_tokens=mnbt, max_num_seqs=d.max_num_seqs,
+                       max_model_len=max_len, block_size=block_size,
+                       dtype=oracle.weight_dtype, kv_dtype=d.kv_dtype, profile=oracle.profile)
+    plan.raise_if_unfit()
+    return plan.num_gpu_blocks, plan.as_dict()
+
+
+def resolve_instance(d: Deployment) -> ResolvedDeployment:
+    """Fill vLLM's defaults and size the KV cache of one instance type.
+
+    ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
+    """
+    oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp, dtype=d.dtype,
+                        kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
+                        max_num_seqs=d.max_num_seqs)
+    max_len = d.max_model_len or oracle.model.max_position_embeddings
+    policy = POLICIES[d.scheduler]
+    chunked = d.enable_chunked_prefill and policy != Policy.PREFILL_PRIORITY
+    mnbt = d.max_num_batched_tokens or (8192 if chunked else max(max_len, 2048))
+    if not chunked and mnbt < max_len:
+        raise ValueError(
+            f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "
+            f"without chunked prefill ({d.scheduler}) a step must hold a whole prompt; raise "
+            f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
+    block_size = d.block_size or default_block_size(oracle.model)
+    num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size)
+    watermark = d.watermark if d.watermark is not None else (
+        0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
+    params = EngineParams(
+        num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=d.max_num_seqs,
+        max_num_batched_tokens=mnbt, block_size=block_size,
+        enable_prefix_caching=d.enable_prefix_caching, enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=d.long_prefill_token_threshold, watermark=watermark,
+        max_model_len=max_len)
+    return ResolvedDeployment(d, oracle, params, memory)
+
+
+def resolve_deployment(deployment: Deployment | PoolsDeployment | dict) -> ResolvedDeployment:
+    """Resolve a colocated deployment (any form): :func:`resolve_instance`.
+
+    Raises
+    ------
+    serveplan.estimator.specs.SpecError
+        If the model does not fit (the memory planner's reason).
+    ValueError
+        If the deployment is not colocated (use :func:`resolve`).
+    """
+    d = deployment if isinstance(deployment, Deployment) else to_legacy(deployment)
+    if not isinstance(d, Deployment):
+        raise ValueError("resolve_deployment takes a colocated deployment; resolve a "
+                         "prefill/decode one with serveplan.resolution.resolve")
+    return resolve_instance(d)
+
+
+# ----------------------------------------------------------------------------- role pools
+@dataclass(frozen=True, eq=False)
+class ResolvedPool:
+    """One role pool resolved: its instance type and the cost that prices its steps."""
+
+    config: PoolConfig
+    instance: ResolvedDeployment
+    cost: object  # the instance's CostOracle, or a FittedThroughputCost (decode pools)
+
+    @property
+    def role(self) -> Role:
+        return ROLES[self.config.role]
+
+    @property
+    def params(self) -> EngineParams:
+        return self.instance.params
+
+    @property
+    def oracle(self) -> CostOracle:
+        return self.instance.oracle
+
+    @property
+    def gpu_name(self) -> str:
+        return str(self.oracle.describe()["gpu"])
+
+    def spec(self) -> PoolSpec:
+        return PoolSpec(self.params, self.cost, self.config.count, self.role, self.gpu_name)
+
+
+def _resolve_pool(pool: PoolConfig, router: str, decode_cost) -> ResolvedPool:
+    d = Deployment(num_instances=pool.count, router=router, **instance_fields(pool))
+    inst = resolve_instance(d)
+    cost = inst.oracle
+    if pool.role == "decode" and not isinstance(decode_cost, str):
+        c = decode_cost
+        cost = FittedThroughputCost(c.alpha, c.beta, c.gamma, c.min_tps, c.plateau)
+    return ResolvedPool(pool, inst, cost)
+
+
+@dataclass(frozen=True, eq=False)
+class ResolvedServing:
+    """A deployment resolved pool by pool (module docstring).
+
+    ``pools`` are in role order (colocated; or prefill, then decode), the order of the
+    simulator's instances. ``link`` is the KV link of a prefill/decode deployment.
+    """
+
+    deployment: PoolsDeployment
+    pools: tuple[ResolvedPool, ...]
+    link: KVLink | None = None
+
+    @property
+    def architecture(self) -> str:
+        return self.deployment.architecture
+
+    @property
+    def router(self) -> str:
+        """The entry router: among colocated instances, or among prefill instances."""
+        return self.deployment.router
+
+    @property
+    def block_size(self) -> int:
+        """Block size of the entry pool (synthetic prefixes are hashed at it)."""
+        return self.pools[0].params.block_size
+
+    def pool(self, role: str) -> ResolvedPool | None:
+        return next((p for p in self.pools if p.config.role == role), None)
+
+    def pool_specs(self) -> list[PoolSpec]:
+        """The simulator's pools (:class:`serveplan.sim.pools.PoolSpec`), in role order."""
+        return [p.spec() for p in self.pools]
+
+    def handoff(self, router: str | None = None) -> Handoff | None:
+        """How requests cross from prefill to decode (None when colocated); ``router``
+        overrides the decode router."""
+        if self.architecture != "pd":
+            return None
+        d = self.deployment
+        s = d.sibyl
+        return Handoff(router=router or d.decode_router, assignment=d.assignment,
+                       layerwise=d.layerwise_transfer, link=self.link,
+                       prefill_stage=d.prefill_stage, sibyl_delta=s.delta, sibyl_alpha=s.alpha,
+                       sibyl_max_length=s.max_length, pending_capacity=s.pending_capacity,
+                       prefill_hold=d.prefill_hold)
+
+    def describe(self) -> dict:
+        """The resolved values as a JSON-able dict (a Dataset's ``resolved`` attribute)."""
+        if self.architecture != "pd":
+            return self.pools[0].instance.describe()
+        d, link = self.deployment, self.link
+        pre, dec = self.pool("prefill"), self.pool("decode")
+        return {
+            "architecture": "pd",
+            "strategy": f"{pre.config.count}p{dec.config.count}d",
+            "prefill": {**pre.instance.describe(), "num_instances": pre.config.count},
+            "decode": {**dec.instance.describe(), "num_instances": dec.config.count,
+                       "decode_cost": (d.decode_cost if isinstance(d.decode_cost, str)
+                                       else d.decode_cost.model_dump())},
+            "router": d.decode_router,
+            "prefill_router": d.router,
+            "assignment": d.assignment,
+            "layerwise_transfer": d.layerwise_transfer,
+            "prefill_stage": d.prefill_stage,
+            "placement": d.placement,
+            "kv_bytes_per_token": link.bytes_per_token,
+            "kv_seconds_per_token": {"scale_up": link.seconds_per_token[0],
+                                     "scale_out": link.seconds_per_token[1]},
+            "kv_latency_s": {"scale_up": link.latency_s[0], "scale_out": link.latency_s[1]},
+            "sibyl": d.sibyl.model_dump(),
+        }
+
+    # the views of the older resolved objects (ResolvedDeployment, ResolvedPD)
+    @property
+    def legacy(self):
+        """The deployment as a :class:`Deployment` or :class:`PDDeployment`."""
+        return to_legacy(self.deployment)
+
+    @property
+    def oracle(self) -> CostOracle:
+        return self.pools[0].oracle
+
+    @property
+    def params(self) -> EngineParams:
+        return self.pools[0].params
+
+    @property
+    def memory(self) -> dict | None:
+        return self.pools[0].instance.memory
+
+    @property
+    def prefill(self) -> ResolvedDeployment | None:
+        p = self.pool("prefill")
+        return p.instance if p is not None else None
+
+    @property
+    def decode(self) -> ResolvedDeployment | None:
+        p = self.pool("decode")
+        return p.instance if p is not None else None
+
+    @property
+    def decode_cost(self):
+        p = self.pool("decode")
+        return p.cost if p is not None else None
+
+    @property
+    def prefill_spec(self) -> PoolSpec:
+        return self.pool("prefill").spec()
+
+    @property
+    def decode_spec(self) -> PoolSpec:
+        return self.pool("decode").spec()
+
+
+def resolve(deployment: AnyDeployment | dict) -> ResolvedServing:
+    """Resolve every pool of a deployment (any form) and, for prefill/decode, its KV link.
+
+    Raises
+    ------
+    serveplan.estimator.specs.SpecError
+        If a pool's model does not fit its GPUs (the memory planner's reason).
+    """
+    d = to_pools(deployment)
+    pools = tuple(_resolve_pool(p, d.router if d.architecture == "colocated" else
+                                "round-robin", d.decode_cost) for p in d.ordered_pools())
+    link = None
+    if d.architecture == "pd":
+        pre, dec = pools
+        link = KVLink.from_specs(pre.oracle, dec.oracle, pre.config.count, dec.config.count,
+                                 placement=d.placement, bandwidth=d.kv_link_bw,
+                                 latency_s=d.kv_link_latency_s)
+    return ResolvedServing(d, pools, link)
+
+
+__all__ = ["POLICIES", "ROUTERS", "ResolvedDeployment", "ResolvedPool", "ResolvedServing",
+           "resolve", "resolve_deployment", "resolve_instance"]

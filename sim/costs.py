@@ -1,0 +1,194 @@
+"""Step costs: the models that price an instance's step, and their compiled tables.
+
+Every instance names a row of the run's :data:`CostTables` (knob ``K_COST``), so the
+instances of one deployment may be priced by different models -- different GPU types,
+parallelism or stand-ins. A row is one of
+
+* a :class:`~serveplan.estimator.oracle.CostOracle`: its roofline kernel prices the actual
+  batch (:func:`serveplan.kernels.roofline.step_time`); the oracles' arrays are stacked
+  along their first axis and each row slices out its own;
+* an :class:`AffineStepCost`: ``base + per_token * tokens + per_request * requests``, a
+  transparent stand-in where a test or a queueing comparison needs known service times;
+* a :class:`FittedThroughputCost` (decode pools): SIBYL's processor-sharing fit, where a
+  step of ``N`` requests gives each one token and takes ``N / TPS(N)`` seconds.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass
+
+import numpy as np
+
+from serveplan.kernels.roofline import step_time
+
+from ._jitcache import sim_jit
+
+CostTables = namedtuple("CostTables", ["flags", "off", "ops", "mods", "prm", "graph_sizes",
+                                       "agg", "comp", "comm"])
+"""Stacked cost models: ``flags[c]`` (kind and coefficients) and ``off[c]`` (the row's
+slices of the stacked oracle arrays) per cost row ``c``."""
+KIND_ORACLE, KIND_AFFINE, KIND_FITTED = 0.0, 1.0, 2.0
+N_FLAGS = 6
+
+
+@dataclass(frozen=True)
+class AffineStepCost:
+    """Step seconds ``base_s + per_token_s * tokens + per_request_s * requests``.
+
+    A transparent stand-in for the cost oracle where a test or a queueing comparison needs
+    known service times (e.g. M/D/1 with a constant step).
+    """
+
+    base_s: float
+    per_token_s: float = 0.0
+    per_request_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("base_s", "per_token_s", "per_request_s"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.base_s + self.per_token_s + self.per_request_s <= 0:
+            raise ValueError("an affine step cost must be positive for a non-empty step")
+
+
+@dataclass(frozen=True)
+class FittedThroughputCost:
+    """SIBYL's fitted decode throughput (``papers/sibyl.txt`` Appendix I, Eq. 15).
+
+    An instance running ``N`` requests produces ``TPS(N) = alpha N^2 + beta N + gamma``
+    tokens/s in total, split equally among them (Algorithm 3: ``v = TPS(N) / N``); as an
+    engine step every request gains one token and the step takes ``N / TPS(N)`` seconds.
+    ``TPS`` is floored at ``min_tps`` (the H20 quadratic turns negative beyond ``N`` ~ 106).
+    With ``plateau`` it stays at its peak beyond the peak's batch size instead (the paper
+    describes the curve as "plateauing due to memory bandwidth saturation"; its simulator
+    uses the quadratic). Defaults: the paper's H20 / Qwen3-32B fit. Prices decode pools only.
+    """
+
+    alpha: float = -0.423
+    beta: float = 44.766
+    gamma: float = -7.753
+    min_tps: float = 1.0
+    plateau: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "gamma"):
+            if not np.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be finite, got {getattr(self, name)!r}")
+        if not (np.isfinite(self.min_tps) and self.min_tps > 0):
+            raise ValueError(f"min_tps must be a finite number > 0, got {self.min_tps!r}")
+
+    @property
+    def peak_n(self) -> float:
+        """Batch size at which the quadratic peaks (inf if it never does)."""
+        return -self.beta / (2 * self.alpha) if self.alpha < 0 else np.inf
+
+    def tps(self, n):
+        """Total tokens/s of an instance running ``n`` requests (floored)."""
+        n = np.asarray(n, dtype=np.float64)
+        if self.plateau:
+            n = np.minimum(n, self.peak_n)
+        return np.maximum(self.alpha * n * n + self.beta * n + self.gamma, self.min_tps)
+
+    def step_time(self, n):
+        """Seconds of a step of ``n`` requests (one token each)."""
+        n = np.asarray(n, dtype=np.float64)
+        return n / self.tps(n)
+
+
+def _flags(cost) -> np.ndarray:
+    if isinstance(cost, FittedThroughputCost):
+        return np.array([KIND_FITTED, cost.alpha, cost.beta, cost.gamma, cost.min_tps,
+                         cost.peak_n if cost.plateau else np.inf])
+    if isinstance(cost, AffineStepCost):
+        return np.array([KIND_AFFINE, cost.base_s, cost.per_token_s, cost.per_request_s,
+                         0.0, 0.0])
+    return np.zeros(N_FLAGS)
+
+
+def make_cost_tables(costs: list) -> CostTables:
+    """Stack the cost models ``costs`` (one row each) into compiled tables."""
+    flags = np.stack([_flags(c) for c in costs])
+    off = np.zeros((len(costs), 8), dtype=np.int64)
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ops", "mods", "prm", "gs", "agg")}
+    ends = np.zeros(4, dtype=np.int64)  # rows of ops, mods, prm, graph_sizes so far
+    for c, cost in enumerate(costs):
+        if flags[c, 0] != KIND_ORACLE:
+            continue
+        ops, mods, prm, gs = cost.kernel_args
+        agg = cost.scratch()[0]
+        for k, a in (("ops", ops), ("mods", mods), ("prm", prm), ("gs", gs), ("agg", agg)):
+            parts[k].append(np.ascontiguousarray(a, dtype=np.float64))
+        sizes = np.array([ops.shape[0], mods.shape[0], prm.shape[0], gs.shape[0]])
+        off[c, 0::2] = ends
+        off[c, 1::2] = ends + sizes
+        ends = ends + sizes
+    if not parts["ops"]:
+        z1, z2 = np.zeros(1), np.zeros((1, 1))
+        return CostTables(flags, off, z2, z2.copy(), z1, z1.copy(), z2.copy(), z1.copy(),
+                          z1.copy())
+    cat = {k: np.ascontiguousarray(np.concatenate(v)) for k, v in parts.items()}
+    n_mod = cat["mods"].shape[0]
+    return CostTables(flags, off, cat["ops"], cat["mods"], cat["prm"], cat["gs"], cat["agg"],
+                      np.zeros(n_mod), np.zeros(n_mod))
+
+
+@sim_jit
+def step_seconds(costs, c, inst, i, bn, tokens):
+    """Seconds of instance ``i``'s scheduled batch (``bn`` requests, ``tokens`` new tokens)
+    under cost row ``c``."""
+    f = costs.flags[c]
+    if f[0] == KIND_FITTED:
+        m = bn if bn < f[5] else f[5]
+        tps = f[1] * m * m + f[2] * m + f[3]
+        return bn / (tps if tps > f[4] else f[4])
+    if f[0] == KIND_AFFINE:
+        return f[1] + f[2] * tokens + f[3] * bn
+    o = costs.off[c]
+    return step_time(inst.b_new[i], inst.b_ctx[i], bn, costs.ops[o[0]:o[1]],
+                     costs.mods[o[2]:o[3]], costs.prm[o[4]:o[5]], costs.graph_sizes[o[6]:o[7]],
+                     costs.agg[o[0]:o[1]], costs.comp[o[2]:o[3]], costs.comm[o[2]:o[3]])
+
+
+def _prefill_chunks(prompt: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Chunks of each prompt: ``(owner, tokens, context)`` arrays."""
+    n_chunks = -(-prompt // chunk)
+    owner = np.repeat(np.arange(len(prompt)), n_chunks)
+    first = np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
+    k = np.arange(len(owner)) - first
+    ctx = k * chunk
+    tokens = np.minimum(prompt[owner] - ctx, chunk)
+    return owner, tokens, ctx
+
+
+def prefill_seconds(cost, prompt: np.ndarray, chunk: int) -> np.ndarray:
+    """Time to prefill each prompt alone, in chunks of ``chunk`` tokens (each chunk one step
+    over the cached context of the chunks before it)."""
+    prompt = np.asarray(prompt, dtype=np.int64)
+    out = np.zeros(len(prompt))
+    if len(prompt) == 0:
+        return out
+    owner, tokens, ctx = _prefill_chunks(np.maximum(prompt, 1), int(chunk))
+    if isinstance(cost, AffineStepCost):
+        t = cost.base_s + cost.per_token_s * tokens + cost.per_request_s
+    elif isinstance(cost, FittedThroughputCost):
+        raise ValueError("the fitted-throughput cost prices decode steps only; give the "
+                         "prefill pool a cost oracle or an affine step cost")
+    else:
+        t = np.asarray(cost.prefill_time(1, tokens, ctx), dtype=np.float64)
+    np.add.at(out, owner, t)
+    return out
+
+
+def decode_rate(cost, prompt_mean: float) -> float:
+    """Tokens/s of one request decoding alone (the initial system decode rate)."""
+    if isinstance(cost, FittedThroughputCost):
+        return float(cost.tps(1.0))
+    if isinstance(cost, AffineStepCost):
+        return 1.0 / (cost.base_s + cost.per_token_s + cost.per_request_s)
+    return 1.0 / float(cost.decode_time(1, max(prompt_mean, 1.0)))
+
+
+__all__ = ["AffineStepCost", "CostTables", "FittedThroughputCost", "decode_rate",
+           "make_cost_tables", "prefill_seconds", "step_seconds"]

@@ -1,0 +1,132 @@
+"""A request's way into and out of a deployment, whatever its architecture (compiled).
+
+* :func:`on_arrival` -- an open-loop arrival, or the first requests of a closed loop;
+* :func:`admit` -- route the request to an instance of the entry role: a colocated
+  instance (:mod:`serveplan.sim.router`), or a prefill instance (then, with early
+  assignment, the decode router binds its decode instance too);
+* :func:`request_done` -- the request has produced its last token: count it and, in a
+  closed loop, release its client's next request (:func:`release_next`).
+
+Requests rejected up front (prompt too long: ``FINISHED_IGNORED``) finish at their arrival.
+
+:data:`World` bundles the run's state for the compiled functions: the KV pools, the
+per-instance state, the request views (``views[0]`` is the request as its entry instance
+sees it -- colocated or prefill --, ``views[1]`` as its decode instance sees it), the knob
+table, the global counters, the clock (the time of a paused decision), the step recorder,
+the cost tables, the handoff state, the decode router's state and the transfers in flight.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from ._jitcache import sim_jit
+from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, est_prefill
+from .router import route
+from .state import (
+    FINISHED_IGNORED,
+    G_CONCURRENCY,
+    G_DONE,
+    G_ENTRY_LO,
+    G_ROUTER,
+    K_ROLE,
+    RUNNING,
+    WAITING,
+    wq_push_back,
+)
+
+World = namedtuple("World", ["pool", "inst", "views", "knobs", "glob", "clock", "rec", "costs",
+                             "hs", "rt", "x"])
+
+ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = 0, 1, 2  # serveplan.sim.pools.Role
+
+
+@sim_jit
+def stage_of(role):
+    """Which request view an instance of ``role`` works on."""
+    return 1 if role == ROLE_DECODE else 0
+
+
+@sim_jit
+def _admit_prefill(w, r, now):
+    """Dispatch ``r`` to a prefill instance (or SIBYL's delay stage); bind its decode
+    instance now with early assignment."""
+    hs, p_reqs, d_reqs = w.hs, w.views[0], w.views[1]
+    prompt = p_reqs.prompt[r]
+    if hs.gi[Q_DELAY] != 0:
+        p = -1
+        tau = hs.t_delay_end[r]
+        p_reqs.t_sched[r] = now
+        p_reqs.status[r] = RUNNING
+    else:
+        p = route(w.glob[G_ROUTER], r, w.inst, w.glob)
+        tau = now + est_prefill(hs, w.inst, p, prompt, now)
+        p_reqs.inst[r] = p
+        p_reqs.status[r] = WAITING
+        wq_push_back(w.inst, p, r)
+        w.inst.load[p] += prompt
+    hs.p_of[r] = p
+    if hs.gi[Q_LATE] == 0 and d_reqs.output[r] > 1:
+        assign_decode(hs, w.rt, d_reqs, r, now, tau)
+        if hs.gi[Q_DELAY] != 0 and hs.gi[Q_LAYERWISE] != 0:
+            enqueue_pull(hs, r, now)
+
+
+@sim_jit
+def admit(w, r, now):
+    """Route arrived request ``r`` to an instance of the entry role."""
+    if w.hs.gi[Q_DELAY] == 0 and w.knobs[w.glob[G_ENTRY_LO], K_ROLE] == ROLE_COLOCATED:
+        reqs = w.views[0]
+        i = route(w.glob[G_ROUTER], r, w.inst, w.glob)
+        reqs.inst[r] = i
+        reqs.status[r] = WAITING
+        wq_push_back(w.inst, i, r)
+        w.inst.load[i] += reqs.prompt[r] + reqs.output[r]
+    else:
+        _admit_prefill(w, r, now)
+
+
+@sim_jit
+def _finish_ignored(w, r, now):
+    w.views[0].t_finish[r] = now
+    w.hs.t_finish[r] = now
+    w.glob[G_DONE] += 1
+
+
+@sim_jit
+def release_next(w, r, now):
+    """Closed loop: the client of ``r`` sends its next request at ``now`` (skipping, at
+    once, requests rejected up front)."""
+    conc = w.glob[G_CONCURRENCY]
+    n = w.views[0].prompt.shape[0]
+    k = r + conc
+    while conc > 0 and k < n:
+        w.views[0].arrival[k] = now
+        if w.views[1].arrival.shape[0] == n:
+            w.views[1].arrival[k] = now
+        if w.views[0].status[k] != FINISHED_IGNORED:
+            admit(w, k, now)
+            return
+        _finish_ignored(w, k, now)
+        k += conc
+
+
+@sim_jit
+def on_arrival(w, r, now):
+    """Arrival event of request ``r``."""
+    if w.views[0].status[r] == FINISHED_IGNORED:
+        _finish_ignored(w, r, now)
+        release_next(w, r, now)
+    else:
+        admit(w, r, now)
+
+
+@sim_jit
+def request_done(w, r, now):
+    """``r`` produced its last token at ``now``."""
+    w.hs.t_finish[r] = now
+    w.glob[G_DONE] += 1
+    release_next(w, r, now)
+
+
+__all__ = ["World", "admit", "on_arrival", "release_next", "request_done", "stage_of"]

@@ -1,0 +1,197 @@
+"""The event loop: every architecture, one compiled loop over instances with roles.
+
+Instances are stacked in one structure of arrays (:mod:`serveplan.sim.state`); each has a
+role (knob ``K_ROLE``: colocated, prefill, decode), its own engine knobs and scheduler
+policy, and its own cost row. The loop advances time from event to event; the next one is
+found by comparing a few times, with no heap:
+
+1. the next arrival (requests are sorted by arrival, a pointer walks them; a closed
+   loop's later requests are released by their client's previous one instead);
+2. the earliest step end among busy *upstream* instances (colocated, prefill), or the next
+   completion of SIBYL's delay stage;
+3. the next cross-role transfer event (:mod:`serveplan.sim.transfer`);
+4. the earliest step end among busy *downstream* instances (decode).
+
+On equal times they are handled in that order, and among instances of one class the
+lowest index first. Each event goes to its role's handler; then every idle instance with
+work starts a step, in index order. A new role gives its code a rank (upstream or
+downstream of the transfers), a start handler and a completion handler -- three branches
+below; a new transfer kind is another event source beside (3).
+
+A Python research policy (:mod:`serveplan.sim.pyhook`) is served by pausing: when an idle
+instance whose policy code is ``POLICY_PYTHON`` should start a step, the loop records it
+in ``glob[G_PAUSE]`` and returns; the caller fills the batch and calls the loop again,
+which launches that step and carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._jitcache import sim_jit
+from .disagg import (
+    complete_decode,
+    complete_delay,
+    complete_prefill,
+    complete_transfer,
+    start_decode,
+    start_prefill,
+)
+from .handoff import Q_DBASE, Q_DELAY, Q_DPTR, Q_NDELAY
+from .lifecycle import ROLE_DECODE, ROLE_PREFILL, on_arrival
+from .state import (
+    A_BUSY_UNTIL,
+    ERR_MAX_STEPS,
+    ERR_STALL,
+    G_DONE,
+    G_ERROR,
+    G_MAX_STEPS,
+    G_NEXT,
+    G_NOPEN,
+    G_PAUSE,
+    G_STEPS,
+    I_BATCH,
+    I_BUSY,
+    I_NRUN,
+    I_WLEN,
+    K_POLICY,
+    K_ROLE,
+    POLICY_PYTHON,
+)
+from .step import complete_step, launch, start_step
+from .transfer import xfer_next_time
+
+
+@sim_jit
+def _next_arrival(w):
+    if w.glob[G_NEXT] < w.glob[G_NOPEN]:
+        return w.views[0].arrival[w.glob[G_NEXT]]
+    return np.inf
+
+
+@sim_jit
+def _next_step_ends(w):
+    """``(k_up, t_up, k_down, t_down)``: the earliest step end among upstream and among
+    downstream instances (index -1 and inf if none; -2 marks the delay stage)."""
+    inst, knobs = w.inst, w.knobs
+    k_up, t_up, k_down, t_down = -1, np.inf, -1, np.inf
+    for i in range(knobs.shape[0]):
+        if inst.ist[i, I_BUSY] == 0:
+            continue
+        t = inst.acc[i, A_BUSY_UNTIL]
+        if knobs[i, K_ROLE] == ROLE_DECODE:
+            if t < t_down:
+                k_down, t_down = i, t
+        elif t < t_up:
+            k_up, t_up = i, t
+    hs = w.hs
+    if hs.gi[Q_DELAY] != 0 and hs.gi[Q_DPTR] < hs.gi[Q_NDELAY]:
+        t = hs.t_delay_end[hs.dorder[hs.gi[Q_DPTR]]]
+        if t < t_up:
+            k_up, t_up = -2, t
+    return k_up, t_up, k_down, t_down
+
+
+@sim_jit
+def _role_event(w, k, now, start):
+    """Start (``start``) or complete instance ``k``'s step by its role: where a role plugs
+    in. ``k == -2`` is a completion of SIBYL's delay stage."""
+    if k == -2:
+        complete_delay(w, now)
+        return
+    role = w.knobs[k, K_ROLE]
+    if role == ROLE_PREFILL:
+        if start:
+            start_prefill(w, k, now)
+        else:
+            complete_prefill(w, k, now)
+    elif role == ROLE_DECODE:
+        if start:
+            start_decode(w, k, now)
+        else:
+            complete_decode(w, k, now)
+    elif start:
+        start_step(w, k, now)
+    else:
+        complete_step(w, k, now)
+
+
+@sim_jit
+def _has_work(w, k):
+    inst = w.inst
+    if inst.ist[k, I_WLEN] > 0 or inst.ist[k, I_NRUN] > 0:
+        return True
+    if w.knobs[k, K_ROLE] == ROLE_DECODE:
+        return w.hs.pq_len[k - w.hs.gi[Q_DBASE]] > 0
+    return False
+
+
+@sim_jit
+def _start_idle(w, first, now):
+    """Idle instances ``first..`` with work start a step; returns True if the loop must
+    pause for a Python policy."""
+    for k in range(first, w.knobs.shape[0]):
+        if w.inst.ist[k, I_BUSY] != 0 or not _has_work(w, k):
+            continue
+        if w.knobs[k, K_POLICY] == POLICY_PYTHON:
+            w.inst.ist[k, I_BATCH] = 0
+            w.glob[G_PAUSE] = k + 1
+            w.clock[0] = now
+            return True
+        _role_event(w, k, now, True)
+    return False
+
+
+@sim_jit
+def _handle_next_event(w):
+    """Handle the next event; returns its time (NaN: nothing can happen, a stall)."""
+    t_arr = _next_arrival(w)
+    k_up, t_up, k_down, t_down = _next_step_ends(w)
+    t_x = xfer_next_time(w.x)
+    if t_arr == np.inf and t_up == np.inf and t_x == np.inf and t_down == np.inf:
+        return np.nan
+    if t_arr <= t_up and t_arr <= t_x and t_arr <= t_down:
+        r = w.glob[G_NEXT]
+        w.glob[G_NEXT] = r + 1
+        on_arrival(w, r, t_arr)
+        return t_arr
+    if t_up <= t_x and t_up <= t_down:
+        _role_event(w, k_up, t_up, False)
+        return t_up
+    if t_x <= t_down:
+        complete_transfer(w, t_x)
+        return t_x
+    _role_event(w, k_down, t_down, False)
+    return t_down
+
+
+@sim_jit
+def run_loop(w, now):
+    """Advance until every request has finished, an error code is set in ``glob`` or a
+    Python policy must fill a batch (``glob[G_PAUSE]``, its time in ``clock[0]``). ``now``
+    is the time of the paused decision when resuming (ignored otherwise)."""
+    glob = w.glob
+    n = w.views[0].prompt.shape[0]
+    paused = glob[G_PAUSE] - 1
+    if paused >= 0:
+        glob[G_PAUSE] = 0
+        if w.inst.ist[paused, I_BATCH] > 0:
+            launch(w, paused, now)
+        if _start_idle(w, paused + 1, now):
+            return
+        if glob[G_STEPS] >= glob[G_MAX_STEPS]:
+            glob[G_ERROR] = ERR_MAX_STEPS
+            return
+    while glob[G_DONE] < n:
+        now = _handle_next_event(w)
+        if now != now:
+            glob[G_ERROR] = ERR_STALL
+            return
+        if _start_idle(w, 0, now):
+            return
+        if glob[G_STEPS] >= glob[G_MAX_STEPS]:
+            glob[G_ERROR] = ERR_MAX_STEPS
+            return
+
+
+__all__ = ["run_loop"]

@@ -1,0 +1,393 @@
+"""Run a deployment given as role pools: build the arrays, run the one loop, return them.
+
+:func:`run_pools` is the Python entry point of every simulation: a colocated deployment is
+one pool of role ``COLOCATED``; a disaggregated one a ``PREFILL`` pool followed by a
+``DECODE`` pool and a :class:`~serveplan.sim.pools.Handoff`. It validates, lays the pools'
+instances out in one structure of arrays (prefill instances first), builds the cost tables,
+the request views and the handoff state, runs :func:`serveplan.sim.loop.run_loop` and
+returns a :class:`RunResult` of plain arrays (:mod:`serveplan.sim.results` turns it into a
+Dataset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _jitcache
+from .costs import FittedThroughputCost, decode_rate, make_cost_tables, prefill_seconds
+from .handoff import (
+    N_GF,
+    N_GI,
+    Q_CHUNK,
+    Q_DBASE,
+    Q_DELAY,
+    Q_LATE,
+    Q_LAYERWISE,
+    Q_NDELAY,
+    W_LAYER_FRAC,
+    make_handoff_state,
+)
+from .kvcache import make_pool
+from .kvlink import KVLink
+from .lifecycle import World
+from .loop import run_loop
+from .params import check_capacity, clip_lengths
+from .pd_router import make_router_state
+from .pools import ROLE_NAMES, Handoff, Role
+from .pyhook import run_with_python_policy
+from .recorder import make_rec
+from .state import (
+    ERR_MAX_STEPS,
+    ERR_STALL,
+    FINISHED_IGNORED,
+    FINISHED_LENGTH_CAPPED,
+    FINISHED_STOPPED,
+    G_CONCURRENCY,
+    G_DONE,
+    G_ENTRY_HI,
+    G_ENTRY_LO,
+    G_ERROR,
+    G_HASH_BLOCK,
+    G_MAX_STEPS,
+    G_NOPEN,
+    G_ROUTER,
+    K_COST,
+    K_POLICY,
+    K_PREFIX,
+    K_ROLE,
+    K_SLOTS,
+    N_GLOB,
+    POLICY_PYTHON,
+    make_inst,
+    make_reqs,
+)
+from .transfer import make_xfer
+
+ENTRY_ROUTERS = {"round-robin": 0, "least-outstanding-tokens": 1, "least-loaded": 1,
+                 "least-requests": 2}
+"""Entry router name -> code (``least-loaded`` is a prefill pool's name for the fewest
+outstanding tokens)."""
+ASSIGNMENTS = ("early", "late")
+PREFILL_STAGES = ("engine", "delay")
+ARCHITECTURES = {(Role.COLOCATED,): "colocated", (Role.PREFILL, Role.DECODE): "pd"}
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """Raw arrays of one run (see :mod:`serveplan.sim.results` for the Dataset)."""
+
+    world: World
+    pools: tuple
+    handoff: Handoff | None
+    pool_of: np.ndarray  # pool index of each instance
+    output_requested: np.ndarray  # output_len before clipping to max_model_len
+    ignored: np.ndarray
+    router: str
+
+    @property
+    def architecture(self) -> str:
+        return ARCHITECTURES[tuple(p.role for p in self.pools)]
+
+    @property
+    def roles(self) -> np.ndarray:
+        return np.array([ROLE_NAMES[self.pools[k].role] for k in self.pool_of])
+
+    @property
+    def gpus(self) -> np.ndarray:
+        return np.array([self.pools[k].gpu_name for k in self.pool_of])
+
+    @property
+    def num_instances(self) -> int:
+        return len(self.pool_of)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.world.rec.meta[2])
+
+    def __getattr__(self, name):
+        """The world's state (``views``, ``inst``, ``pool``, ``knobs``, ``glob``, ``rec``,
+        ``costs``, ``hs``, ``rt``, ``x``) as attributes of the result."""
+        world = self.__dict__.get("world")
+        if world is not None and name in World._fields:
+            return getattr(world, name)
+        raise AttributeError(name)
+
+    @property
+    def reqs(self):
+        """The requests as their entry instances (colocated or prefill) see them."""
+        return self.world.views[0]
+
+    p_reqs = reqs  # the prefill view of a disaggregated run
+
+    @property
+    def d_reqs(self):
+        """The requests as their decode instances see them (a disaggregated run)."""
+        return self.world.views[1]
+
+    @property
+    def pd(self):
+        """The handoff state (:data:`serveplan.sim.handoff.HandoffState`)."""
+        return self.world.hs
+
+    @property
+    def params(self):
+        """Engine knobs of the first pool."""
+        return self.pools[0].params
+
+
+def _check_roles(pools, handoff: Handoff | None) -> str:
+    roles = tuple(p.role for p in pools)
+    if roles not in ARCHITECTURES:
+        names = ", ".join(ROLE_NAMES[r] for r in roles) or "none"
+        raise ValueError(f"pools with roles [{names}] are not a deployment serveplan can run: "
+                         "give one colocated pool, or a prefill pool followed by a decode pool")
+    arch = ARCHITECTURES[roles]
+    if arch == "pd":
+        h = handoff or Handoff()
+        if h.assignment not in ASSIGNMENTS:
+            raise ValueError(f"assignment given an invalid value: {h.assignment!r} "
+                             f"(valid: {', '.join(ASSIGNMENTS)})")
+        if h.prefill_stage not in PREFILL_STAGES:
+            raise ValueError(f"prefill_stage given an invalid value: {h.prefill_stage!r} "
+                             f"(valid: {', '.join(PREFILL_STAGES)})")
+        if h.layerwise and h.assignment != "early":
+            raise ValueError("layer-wise transfer needs early assignment (the decode instance "
+                             "must be known when the prefill starts)")
+        if isinstance(pools[0].cost, FittedThroughputCost):
+            raise ValueError("the fitted-throughput cost prices decode steps only; give the "
+                             "prefill pool a cost oracle or an affine step cost")
+    elif any(isinstance(p.cost, FittedThroughputCost) for p in pools):
+        raise ValueError("the fitted-throughput cost prices decode pools only")
+    return arch
+
+
+@dataclass
+class _Layout:
+    """Instances of the run, pool by pool: what each needs before the arrays exist."""
+
+    pool_of: np.ndarray
+    slots: np.ndarray
+    blocks: np.ndarray
+    max_blocks: int
+    queue_cap: int
+    hold: int
+
+
+def _layout(pools, n, prompt, output, ignored, delay, hold) -> _Layout:
+    pool_of, slots, blocks = [], [], []
+    max_blocks, queue_cap = 1, 1
+    for k, spec in enumerate(pools):
+        prm = spec.params
+        if spec.role == Role.PREFILL:
+            if delay:
+                continue
+            need = check_capacity(prompt, np.ones_like(prompt), ignored, prm)
+            n_slots, cap = prm.max_num_seqs + hold, n + 1
+        elif spec.role == Role.DECODE:
+            need = check_capacity(prompt, output, ignored, prm)
+            n_slots, cap = prm.max_num_seqs, prm.max_num_seqs + 1
+        else:
+            need = check_capacity(prompt, output, ignored, prm)
+            n_slots, cap = prm.max_num_seqs, n + 1
+        m = int(spec.num_instances)
+        pool_of += [k] * m
+        slots += [n_slots] * m
+        blocks += [prm.num_gpu_blocks] * m
+        max_blocks, queue_cap = max(max_blocks, need), max(queue_cap, cap)
+    return _Layout(np.array(pool_of, dtype=np.int64), np.array(slots, dtype=np.int64),
+                   np.array(blocks, dtype=np.int64), max_blocks, queue_cap, hold)
+
+
+def _knob_table(pools, lay: _Layout, policy) -> np.ndarray:
+    knobs = np.stack([pools[k].params.knob_row() for k in lay.pool_of])
+    knobs[:, K_ROLE] = [int(pools[k].role) for k in lay.pool_of]
+    knobs[:, K_COST] = lay.pool_of
+    knobs[:, K_SLOTS] = lay.slots
+    decode = knobs[:, K_ROLE] == int(Role.DECODE)
+    knobs[decode, K_PREFIX] = 0  # decode instances receive KV; they do not share prefixes
+    if policy is not None:
+        knobs[:, K_POLICY] = POLICY_PYTHON
+    return knobs
+
+
+def _views(requests, n, prompt, output, ignored, arrival, pd: bool):
+    hashed = requests.hash_ids is not None
+    entry = make_reqs(arrival, prompt, np.ones(n, dtype=np.int64) if pd else output,
+                      requests.hash_ids if hashed else None,
+                      requests.hash_offsets if hashed else None)
+    entry.status[ignored] = FINISHED_IGNORED
+    if not pd:
+        empty = np.zeros(0, dtype=np.int64)
+        return (entry, make_reqs(np.zeros(0), empty, empty))
+    decode = make_reqs(arrival, prompt, output)
+    decode.status[ignored] = FINISHED_IGNORED
+    return (entry, decode)
+
+
+def _delay_order(prefill_cost, arrival, prompt, ignored, chunk, n):
+    """SIBYL's delay stage: each live request's prefill end, and the order they occur in."""
+    t_end = np.full(max(n, 1), np.inf)
+    order_out = np.zeros(max(n, 1), dtype=np.int64)
+    live = np.flatnonzero(~ignored)
+    if not (n and live.size):
+        return t_end, order_out, 0
+    t_end[live] = arrival[live] + prefill_seconds(prefill_cost, prompt[live], chunk)
+    order = live[np.argsort(t_end[live], kind="stable")]
+    order_out[: len(order)] = order
+    return t_end, order_out, len(order)
+
+
+def _handoff_state(pools, h: Handoff, lay: _Layout, n, arrival, prompt, ignored):
+    pre, dec = pools
+    link = h.link if h.link is not None else KVLink()
+    delay = h.prefill_stage == "delay"
+    n_pi = 0 if delay else int(pre.num_instances)
+    n_d = int(dec.num_instances)
+    chunk = int(pre.params.max_num_batched_tokens)
+    t_pre = np.zeros(chunk + 1)
+    t_pre[1:] = prefill_seconds(pre.cost, np.arange(1, chunk + 1), chunk)
+    t_end, order, n_delay = (_delay_order(pre.cost, arrival, prompt, ignored, chunk, n)
+                             if delay else (None, None, 0))
+    p_node, d_node = link.nodes(max(n_pi, 1) if delay else n_pi, n_d)
+    gi = np.zeros(N_GI, dtype=np.int64)
+    gi[Q_LATE] = int(h.assignment == "late")
+    gi[Q_LAYERWISE] = int(bool(h.layerwise))
+    gi[Q_DELAY] = int(delay)
+    gi[Q_NDELAY] = n_delay
+    gi[Q_CHUNK] = chunk
+    gi[Q_DBASE] = n_pi
+    gf = np.zeros(N_GF)
+    gf[W_LAYER_FRAC] = 1.0 / link.num_layers
+    return make_handoff_state(n, n_pi, n_d, gi=gi, gf=gf, t_delay_end=t_end, dorder=order,
+                              p_node=p_node, d_node=d_node, link=link.table(), t_pre=t_pre)
+
+
+def _router_state(pools, h: Handoff | None, n, prompt, ignored):
+    if h is None:  # colocated: no decode router
+        return make_router_state("round-robin", 1, 1, active_capacity=1, pending_capacity=1,
+                                 max_length=1, delta=128.0, alpha=0.99, v_sys_init=1.0)
+    dec = pools[1]
+    n_d = int(dec.num_instances)
+    cap_p = h.pending_capacity if h.pending_capacity is not None else \
+        min(max(n, 1), max(256, 8 * -(-n // n_d)))
+    live_prompt = prompt[~ignored]
+    return make_router_state(h.router, n, n_d, active_capacity=dec.params.max_num_seqs,
+                             pending_capacity=cap_p,
+                             max_length=h.sibyl_max_length or dec.params.max_model_len,
+                             delta=h.sibyl_delta, alpha=h.sibyl_alpha,
+                             v_sys_init=decode_rate(dec.cost, float(live_prompt.mean())
+                                                    if live_prompt.size else 1.0))
+
+
+def _glob(requests, router_code, lay: _Layout, n, conc, max_steps) -> np.ndarray:
+    glob = np.zeros(N_GLOB, dtype=np.int64)
+    glob[G_ROUTER] = router_code
+    glob[G_CONCURRENCY] = conc
+    glob[G_HASH_BLOCK] = requests.hash_block_size if requests.hash_ids is not None else 0
+    glob[G_NOPEN] = min(conc, n) if conc else n
+    glob[G_MAX_STEPS] = np.iinfo(np.int64).max if max_steps is None else int(max_steps)
+    glob[G_ENTRY_LO] = 0  # the first pool's instances (none with the delay stage)
+    glob[G_ENTRY_HI] = int((lay.pool_of == 0).sum())
+    return glob
+
+
+def _entry_router(router) -> int:
+    if isinstance(router, str):
+        if router not in ENTRY_ROUTERS:
+            raise ValueError(f"router given an invalid value: {router!r} "
+                             f"(valid: {', '.join(ENTRY_ROUTERS)})")
+        return ENTRY_ROUTERS[router]
+    return int(router)
+
+
+def _raise_on_error(glob, n, max_steps) -> None:
+    if glob[G_ERROR] == ERR_STALL:
+        raise ValueError("the simulation stalled: requests wait but no instance can schedule "
+                         "them (check num_gpu_blocks and max_num_batched_tokens)")
+    if glob[G_ERROR] == ERR_MAX_STEPS:
+        raise ValueError(f"stopped after max_steps={max_steps} engine steps with "
+                         f"{n - glob[G_DONE]} of {n} requests unfinished")
+
+
+def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None = None,
+              record_steps: int = 1 << 16, max_steps: int | None = None,
+              policy=None) -> RunResult:
+    """Simulate ``requests`` on a deployment given as role pools (module docstring).
+
+    Parameters
+    ----------
+    requests : serveplan.sim.workload.Requests
+        Arrival times (NaN for a closed loop), prompt and output lengths, prefix hash ids.
+    pools : sequence of PoolSpec
+        ``[colocated]`` or ``[prefill, decode]``.
+    router : str or int
+        Entry router (``round-robin``, ``least-outstanding-tokens`` / ``least-loaded``,
+        ``least-requests``) choosing among the colocated or prefill instances.
+    handoff : Handoff, optional
+        Decode router, assignment and transfer options of a prefill/decode deployment.
+    record_steps : int
+        Capacity of the per-step time series (decimated beyond).
+    max_steps : int, optional
+        Stop with an error after this many engine steps.
+    policy : callable, optional
+        A Python research scheduler for colocated instances
+        (:mod:`serveplan.sim.pyhook`); slower, for experiments.
+
+    Raises
+    ------
+    ValueError
+        On invalid options, a request that can never fit an instance, or a stall.
+    """
+    _jitcache.refresh()
+    pools = tuple(pools)
+    arch = _check_roles(pools, handoff)
+    pd = arch == "pd"
+    h = (handoff or Handoff()) if pd else None
+    if policy is not None and pd:
+        raise ValueError("a Python policy schedules colocated instances only")
+    code = _entry_router(router)
+    n = len(requests)
+    prompt = np.asarray(requests.prompt_len, dtype=np.int64)
+    output_req = np.asarray(requests.output_len, dtype=np.int64)
+    max_len = min(p.params.max_model_len for p in pools)
+    output, ignored = clip_lengths(prompt, output_req, max_len)
+    conc = requests.concurrency or 0
+    delay = pd and h.prefill_stage == "delay"
+    if delay and conc:
+        raise ValueError("the delay prefill stage needs an open-loop workload (arrival "
+                         "times), not a closed loop")
+    hold = int(256 if h is None or h.prefill_hold is None else h.prefill_hold)
+    if hold < 0:
+        raise ValueError(f"prefill_hold must be >= 0, got {hold!r}")
+    arrival = np.array(requests.arrival_s, dtype=np.float64)
+    if conc:
+        arrival[: min(conc, n)] = 0.0
+    lay = _layout(pools, n, prompt, output, ignored, delay, hold)
+    views = _views(requests, n, prompt, output, ignored, arrival, pd)
+    hs = (_handoff_state(pools, h, lay, n, arrival, prompt, ignored) if pd
+          else make_handoff_state(n, 0, 0))
+    n_p = 0 if not pd or delay else int(pools[0].num_instances)
+    world = World(
+        pool=make_pool(lay.blocks), inst=make_inst(len(lay.pool_of), lay.slots,
+                                                   lay.max_blocks, lay.queue_cap),
+        views=views, knobs=_knob_table(pools, lay, policy),
+        glob=_glob(requests, code, lay, n, conc, max_steps), clock=np.zeros(1),
+        rec=make_rec(record_steps),
+        costs=make_cost_tables([p.cost for p in pools]), hs=hs,
+        rt=_router_state(pools, h, n, prompt, ignored),
+        x=make_xfer(n if pd else 0, n_p if not delay else 1, pools[-1].num_instances if pd else 0))
+    if n and policy is None:
+        run_loop(world, 0.0)
+    elif n:
+        run_with_python_policy(world, policy)
+    _raise_on_error(world.glob, n, max_steps)
+    last = views[-1] if pd else views[0]
+    capped = (last.status == FINISHED_STOPPED) & (output < output_req)
+    last.status[capped] = FINISHED_LENGTH_CAPPED
+    return RunResult(world=world, pools=pools, handoff=h, pool_of=lay.pool_of,
+                     output_requested=output_req, ignored=ignored, router=str(router))
+
+
+__all__ = ["ENTRY_ROUTERS", "RunResult", "run_pools"]

@@ -1,0 +1,110 @@
+"""Engine knobs of an instance (vLLM's names) and the checks a run makes before it starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .state import (
+    K_BLOCK,
+    K_CHUNKED,
+    K_LONG_PREFILL,
+    K_MAX_MODEL_LEN,
+    K_MAX_SEQS,
+    K_MAX_TOKENS,
+    K_POLICY,
+    K_PREFIX,
+    K_SEQ_CAP,
+    K_SLOTS,
+    K_WATERMARK,
+    N_KNOBS,
+    Policy,
+)
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """Engine knobs of one instance, with vLLM's names (all instances share them).
+
+    ``watermark`` is the fraction of blocks kept free when admitting waiting requests
+    (vLLM's ``watermark``; 0 in vLLM v1 0.8-0.11, 0.01 in vLLM v0).
+    """
+
+    num_gpu_blocks: int
+    policy: Policy = Policy.VLLM_V1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    watermark: float = 0.0
+    max_model_len: int = 131072
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "block_size",
+                     "max_model_len"):
+            value = getattr(self, name)
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError("long_prefill_token_threshold must be >= 0, got "
+                             f"{self.long_prefill_token_threshold!r}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
+
+    @property
+    def chunked(self) -> bool:
+        """Whether prefills may be split (never under ``prefill-priority``)."""
+        return self.enable_chunked_prefill and self.policy != Policy.PREFILL_PRIORITY
+
+    def knob_row(self) -> np.ndarray:
+        row = np.zeros(N_KNOBS, dtype=np.int64)
+        row[K_POLICY] = int(self.policy)
+        row[K_MAX_SEQS] = self.max_num_seqs
+        row[K_MAX_TOKENS] = self.max_num_batched_tokens
+        row[K_BLOCK] = self.block_size
+        row[K_PREFIX] = int(self.enable_prefix_caching)
+        row[K_CHUNKED] = int(self.chunked)
+        row[K_LONG_PREFILL] = self.long_prefill_token_threshold
+        row[K_WATERMARK] = int(self.watermark * self.num_gpu_blocks)
+        row[K_MAX_MODEL_LEN] = self.max_model_len
+        row[K_SEQ_CAP] = self.max_num_seqs
+        row[K_SLOTS] = self.max_num_seqs
+        return row
+
+
+def clip_lengths(prompt: np.ndarray, output: np.ndarray, max_model_len: int):
+    """vLLM's limits: prompts of ``max_model_len`` tokens or more are rejected; outputs stop
+    at ``max_model_len`` total tokens. Returns ``(output_clipped, ignored)``."""
+    ignored = prompt >= max_model_len
+    out = np.where(ignored, 1, np.minimum(output, max_model_len - prompt))
+    return out.astype(np.int64), ignored
+
+
+def check_capacity(prompt, output, ignored, params: EngineParams) -> int:
+    """Blocks one request may need at most; errors when a request could never run."""
+    live = ~ignored
+    if not live.any():
+        return 1
+    peak = prompt + output - 1  # tokens whose KV is computed by the last step
+    blocks = -(-peak // params.block_size)
+    worst = int(np.argmax(np.where(live, blocks, 0)))
+    if blocks[worst] > params.num_gpu_blocks:
+        raise ValueError(
+            f"request {worst} needs {blocks[worst]} KV blocks ({prompt[worst]} prompt + "
+            f"{output[worst]} output tokens, block_size={params.block_size}) but the instance "
+            f"has num_gpu_blocks={params.num_gpu_blocks}; lower max_model_len or add KV memory")
+    if not params.chunked:
+        longest = int(np.argmax(np.where(live, peak, 0)))
+        if peak[longest] > params.max_num_batched_tokens:
+            raise ValueError(
+                f"without chunked prefill a step must hold a whole prompt (or a recompute "
+                f"after preemption): request {longest} needs {peak[longest]} tokens but "
+                f"max_num_batched_tokens={params.max_num_batched_tokens}; raise it or enable "
+                f"chunked prefill")
+    return int(max(blocks[live].max(), 1))
+
+
+__all__ = ["EngineParams", "check_capacity", "clip_lengths"]

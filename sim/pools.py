@@ -1,0 +1,98 @@
+"""A deployment as the event loop sees it: pools of instances, each pool with one role.
+
+A *pool* is a set of identical instances -- same role, engine knobs, step cost (so GPU
+type and parallelism) -- and a deployment is a list of pools. Roles (:class:`Role`):
+
+* ``COLOCATED`` (C): an engine that prefills and decodes its own requests;
+* ``PREFILL`` (P) and ``DECODE`` (D): prefill/decode disaggregation -- a P instance
+  prefills, the request's KV moves over a link (:class:`~serveplan.sim.kvlink.KVLink`),
+  a D instance decodes;
+
+Attention and FFN roles (attention/FFN disaggregation) take the next free codes. How a
+request crosses from one role to the next is the :class:`Handoff` (decode router,
+assignment time, transfer options).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Role(IntEnum):
+    """Role codes of instances (stored per instance in the knob table)."""
+
+    COLOCATED = 0
+    PREFILL = 1
+    DECODE = 2
+
+
+ROLE_NAMES = {Role.COLOCATED: "colocated", Role.PREFILL: "prefill", Role.DECODE: "decode"}
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """``num_instances`` identical instances: engine knobs, step cost, role.
+
+    ``cost`` is a :class:`~serveplan.estimator.oracle.CostOracle`, an
+    :class:`~serveplan.sim.costs.AffineStepCost` or (decode pools) a
+    :class:`~serveplan.sim.costs.FittedThroughputCost`. ``gpu`` labels the pool's
+    instances in results (default: the oracle's GPU name, if any).
+    """
+
+    params: object  # serveplan.sim.engine.EngineParams
+    cost: object
+    num_instances: int = 1
+    role: Role = Role.COLOCATED
+    gpu: str = ""
+
+    def __post_init__(self) -> None:
+        if int(self.num_instances) != self.num_instances or self.num_instances < 1:
+            raise ValueError(f"num_instances must be an integer >= 1, got {self.num_instances!r}")
+        object.__setattr__(self, "role", Role(self.role))
+
+    @property
+    def gpu_name(self) -> str:
+        if self.gpu:
+            return self.gpu
+        gpu = getattr(self.cost, "gpu", None)
+        return str(getattr(gpu, "name", "")) if gpu is not None else ""
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """How requests cross from the prefill role to the decode role.
+
+    Parameters
+    ----------
+    router : str
+        Decode router (:data:`serveplan.sim.pd_router.DECODE_ROUTERS`).
+    assignment : {"early", "late"}
+        Bind the decode instance at dispatch (early) or at prefill end (late).
+    layerwise : bool
+        Stream KV while the prefill runs (early assignment only).
+    link : KVLink, optional
+        The KV transfer model (default: free).
+    prefill_stage : {"engine", "delay"}
+        Prefill instances, or SIBYL's infinite-server delay (open loop only).
+    sibyl_delta, sibyl_alpha, sibyl_max_length, pending_capacity :
+        SIBYL's survival bucket step and EMA factor, longest resolved output (default: the
+        decode ``max_model_len``) and pending slots per decode instance.
+    prefill_hold : int, optional
+        Finished prefills whose KV a prefill instance may hold before it admits fewer new
+        ones (default 256).
+    """
+
+    router: str = "round-robin"
+    assignment: str = "early"
+    layerwise: bool = False
+    link: object = None
+    prefill_stage: str = "engine"
+    sibyl_delta: float = 128.0
+    sibyl_alpha: float = 0.99
+    sibyl_max_length: int | None = None
+    pending_capacity: int | None = None
+    prefill_hold: int | None = None
+
+
+__all__ = ["Handoff", "PoolSpec", "ROLE_NAMES", "Role"]

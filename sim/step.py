@@ -1,0 +1,128 @@
+"""An engine step, the same for every role (compiled).
+
+A step is schedule -> batch arrays -> cost -> update, as in vLLM: the instance's policy
+fills the batch (:func:`serveplan.sim.scheduler.schedule`), :func:`launch` prices it with
+the instance's cost row (:func:`serveplan.sim.costs.step_seconds`), marks the instance busy
+until its end and records it, and at the end :func:`complete_step` lets every request whose
+computed tokens caught up with its tokens emit one output token (the step that completes a
+prefill emits the first token). A request finishes when it has emitted ``output_len``
+tokens; its blocks return to the pool (still cached). On a colocated instance that is the
+end of the request (:func:`serveplan.sim.lifecycle.request_done`); a decode instance's
+handler adds the router's bookkeeping first (:mod:`serveplan.sim.disagg`).
+"""
+
+from __future__ import annotations
+
+from ._jitcache import sim_jit
+from .costs import step_seconds
+from .kvcache import num_used
+from .lifecycle import ROLE_COLOCATED, request_done, stage_of
+from .recorder import record_step
+from .scheduler import schedule
+from .state import (
+    A_BATCH_TIME,
+    A_BUSY_TIME,
+    A_BUSY_UNTIL,
+    A_KV_TIME,
+    A_PREFILL_TOKENS,
+    A_TOKENS,
+    FINISHED_STOPPED,
+    G_STEPS,
+    I_BATCH,
+    I_BUSY,
+    I_NRUN,
+    I_STEPS,
+    I_WLEN,
+    K_COST,
+    K_ROLE,
+    PREEMPTED,
+    free_request,
+    num_tokens,
+)
+
+
+@sim_jit
+def launch(w, i, now):
+    """Cost instance ``i``'s scheduled batch, mark it busy and record the step."""
+    inst, reqs = w.inst, w.views[stage_of(w.knobs[i, K_ROLE])]
+    bn = inst.ist[i, I_BATCH]
+    tokens = 0
+    decode_tokens = 0
+    for j in range(bn):
+        r = inst.b_req[i, j]
+        tokens += inst.b_new[i, j]
+        if inst.b_new[i, j] == 1 and reqs.n_out[r] > 0 and reqs.computed[r] == num_tokens(reqs, r):
+            decode_tokens += 1
+    dt = step_seconds(w.costs, w.knobs[i, K_COST], inst, i, bn, tokens)
+    used = num_used(w.pool, i)
+    inst.acc[i, A_BUSY_UNTIL] = now + dt
+    inst.acc[i, A_BUSY_TIME] += dt
+    inst.acc[i, A_KV_TIME] += used * dt
+    inst.acc[i, A_BATCH_TIME] += bn * dt
+    inst.acc[i, A_TOKENS] += tokens
+    inst.acc[i, A_PREFILL_TOKENS] += tokens - decode_tokens
+    inst.ist[i, I_BUSY] = 1
+    inst.ist[i, I_STEPS] += 1
+    w.glob[G_STEPS] += 1
+    record_step(w.rec, now, dt, i, bn, tokens, tokens - decode_tokens, used,
+                inst.ist[i, I_WLEN], inst.ist[i, I_NRUN])
+
+
+@sim_jit
+def start_step(w, i, now):
+    """Schedule and launch instance ``i``'s next step at ``now``; False if it is empty."""
+    reqs = w.views[stage_of(w.knobs[i, K_ROLE])]
+    if schedule(w.pool, w.inst, reqs, w.knobs, w.glob, i, now) == 0:
+        return False
+    launch(w, i, now)
+    return True
+
+
+@sim_jit
+def drop_finished(inst, reqs, i):
+    """Remove finished requests from the running list, keeping admission order."""
+    k = 0
+    for j in range(inst.ist[i, I_NRUN]):
+        r = inst.run[i, j]
+        if reqs.status[r] <= PREEMPTED:
+            inst.run[i, k] = r
+            k += 1
+    inst.ist[i, I_NRUN] = k
+
+
+@sim_jit
+def complete_step(w, i, now):
+    """End of instance ``i``'s step at ``now``: emit tokens, finish requests (a colocated
+    request ends here; a decode instance's handler ends its requests)."""
+    inst = w.inst
+    role = w.knobs[i, K_ROLE]
+    reqs = w.views[stage_of(role)]
+    finished = False
+    for j in range(inst.ist[i, I_BATCH]):
+        r = inst.b_req[i, j]
+        if reqs.computed[r] < num_tokens(reqs, r):
+            continue  # a prefill chunk: no token yet
+        reqs.n_out[r] += 1
+        if reqs.n_out[r] == 1:
+            reqs.t_first[r] = now
+            inst.load[i] -= reqs.prompt[r]
+        else:
+            gap = now - reqs.t_last[r]
+            if not gap <= reqs.itl_max[r]:  # also replaces the initial NaN
+                reqs.itl_max[r] = gap
+        reqs.t_last[r] = now
+        inst.load[i] -= 1
+        if reqs.n_out[r] >= reqs.output[r]:
+            reqs.status[r] = FINISHED_STOPPED
+            reqs.t_finish[r] = now
+            free_request(w.pool, inst, reqs, i, r)
+            if role == ROLE_COLOCATED:
+                request_done(w, r, now)
+            finished = True
+    if finished:
+        drop_finished(inst, reqs, i)
+    inst.ist[i, I_BATCH] = 0
+    inst.ist[i, I_BUSY] = 0
+
+
+__all__ = ["complete_step", "drop_finished", "launch", "start_step"]
