@@ -32,6 +32,13 @@ def sim_jit(fn):
     return njit(cache=True, **_NO_NRT)(fn)
 
 
+def sim_jit_inline(fn):
+    """:func:`sim_jit`, inlined into its callers (numba IR inlining) -- for the small
+    functions of the loop's hot path that take the whole run state: a call would pass the
+    state's hundreds of array fields by value."""
+    return njit(cache=True, inline="always", **_NO_NRT)(fn)
+
+
 _SIM_DIR = Path(__file__).resolve().parent
 _LOCAL_IMPORT = re.compile(r"^\s*from\s+(?:serveplan\.sim)?\.(\w*)\s+import\s+([\w, ()]+)",
                            re.MULTILINE)

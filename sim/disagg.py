@@ -40,7 +40,7 @@ cost-model time alone from its arrival (an infinite-server stage) and ``tau`` is
 
 from __future__ import annotations
 
-from ._jitcache import sim_jit
+from ._jitcache import sim_jit, sim_jit_inline
 from .handoff import (
     FL_ASSIGNED,
     FL_PREFILLED,
@@ -117,7 +117,7 @@ def _handoff(w, r, now):
         enqueue_pull(hs, r, now)
 
 
-@sim_jit
+@sim_jit_inline
 def complete_prefill(w, i, now):
     """End of prefill instance ``i``'s step: prompts that completed emit their first token;
     their KV stays held until transferred."""
@@ -141,7 +141,7 @@ def complete_prefill(w, i, now):
     inst.ist[i, I_BUSY] = 0
 
 
-@sim_jit
+@sim_jit_inline
 def complete_delay(w, now):
     """SIBYL's delay stage: the next precomputed prefill completes at ``now``."""
     hs, p_reqs = w.hs, w.views[0]
@@ -154,7 +154,7 @@ def complete_delay(w, now):
     _handoff(w, r, now)
 
 
-@sim_jit
+@sim_jit_inline
 def start_prefill(w, i, now):
     """Prefill instance ``i`` schedules a step (admitting fewer requests while it holds
     finished prefills); with layer-wise transfer, assigned requests start streaming."""
@@ -193,7 +193,7 @@ def _deliver(w, r, now):
     on_join(w.rt, r, d, d_reqs.prompt[r], 1, now)
 
 
-@sim_jit
+@sim_jit_inline
 def complete_transfer(w, now):
     """The next transfer event at ``now``: a request may be delivered."""
     r = xfer_event(w.x, now)
@@ -252,7 +252,7 @@ def _try_pull(w, d, now):
         _join_batch(w, k, r)
 
 
-@sim_jit
+@sim_jit_inline
 def start_decode(w, k, now):
     """Decode instance ``k`` schedules a step: its running (and preempted) requests by its
     policy, then pulls from its queue."""
@@ -272,7 +272,7 @@ def start_decode(w, k, now):
     hs.d_tstart[d] = now
 
 
-@sim_jit
+@sim_jit_inline
 def complete_decode(w, k, now):
     """End of decode instance ``k``'s step: tokens, finishes, router bookkeeping."""
     hs, d_reqs = w.hs, w.views[1]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ._jitcache import sim_jit
+from ._jitcache import sim_jit, sim_jit_inline
 from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, est_prefill
 from .router import route
 from .state import (
@@ -41,7 +41,7 @@ World = namedtuple("World", ["pool", "inst", "views", "knobs", "glob", "clock", 
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = 0, 1, 2  # serveplan.sim.pools.Role
 
 
-@sim_jit
+@sim_jit_inline
 def stage_of(role):
     """Which request view an instance of ``role`` works on."""
     return 1 if role == ROLE_DECODE else 0

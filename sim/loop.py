@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._jitcache import sim_jit
+from ._jitcache import sim_jit, sim_jit_inline
 from .disagg import (
     complete_decode,
     complete_delay,
@@ -62,14 +62,14 @@ from .step import complete_step, launch, start_step
 from .transfer import xfer_next_time
 
 
-@sim_jit
+@sim_jit_inline
 def _next_arrival(w):
     if w.glob[G_NEXT] < w.glob[G_NOPEN]:
         return w.views[0].arrival[w.glob[G_NEXT]]
     return np.inf
 
 
-@sim_jit
+@sim_jit_inline
 def _next_step_ends(w):
     """``(k_up, t_up, k_down, t_down)``: the earliest step end among upstream and among
     downstream instances (index -1 and inf if none; -2 marks the delay stage)."""
@@ -92,7 +92,7 @@ def _next_step_ends(w):
     return k_up, t_up, k_down, t_down
 
 
-@sim_jit
+@sim_jit_inline
 def _role_event(w, k, now, start):
     """Start (``start``) or complete instance ``k``'s step by its role: where a role plugs
     in. ``k == -2`` is a completion of SIBYL's delay stage."""
@@ -116,7 +116,7 @@ def _role_event(w, k, now, start):
         complete_step(w, k, now)
 
 
-@sim_jit
+@sim_jit_inline
 def _has_work(w, k):
     inst = w.inst
     if inst.ist[k, I_WLEN] > 0 or inst.ist[k, I_NRUN] > 0:
@@ -126,7 +126,7 @@ def _has_work(w, k):
     return False
 
 
-@sim_jit
+@sim_jit_inline
 def _start_idle(w, first, now):
     """Idle instances ``first..`` with work start a step; returns True if the loop must
     pause for a Python policy."""
@@ -142,7 +142,7 @@ def _start_idle(w, first, now):
     return False
 
 
-@sim_jit
+@sim_jit_inline
 def _handle_next_event(w):
     """Handle the next event; returns its time (NaN: nothing can happen, a stall)."""
     t_arr = _next_arrival(w)
@@ -172,22 +172,23 @@ def run_loop(w, now):
     is the time of the paused decision when resuming (ignored otherwise)."""
     glob = w.glob
     n = w.views[0].prompt.shape[0]
-    paused = glob[G_PAUSE] - 1
-    if paused >= 0:
+    first = 0
+    resume = glob[G_PAUSE] > 0
+    if resume:  # a Python policy filled this instance's batch
+        paused = glob[G_PAUSE] - 1
         glob[G_PAUSE] = 0
         if w.inst.ist[paused, I_BATCH] > 0:
             launch(w, paused, now)
-        if _start_idle(w, paused + 1, now):
-            return
-        if glob[G_STEPS] >= glob[G_MAX_STEPS]:
-            glob[G_ERROR] = ERR_MAX_STEPS
-            return
-    while glob[G_DONE] < n:
-        now = _handle_next_event(w)
-        if now != now:
-            glob[G_ERROR] = ERR_STALL
-            return
-        if _start_idle(w, 0, now):
+        first = paused + 1
+    while resume or glob[G_DONE] < n:
+        if not resume:
+            now = _handle_next_event(w)
+            if now != now:
+                glob[G_ERROR] = ERR_STALL
+                return
+            first = 0
+        resume = False
+        if _start_idle(w, first, now):
             return
         if glob[G_STEPS] >= glob[G_MAX_STEPS]:
             glob[G_ERROR] = ERR_MAX_STEPS

@@ -13,7 +13,7 @@ handler adds the router's bookkeeping first (:mod:`serveplan.sim.disagg`).
 
 from __future__ import annotations
 
-from ._jitcache import sim_jit
+from ._jitcache import sim_jit, sim_jit_inline
 from .costs import step_seconds
 from .kvcache import num_used
 from .lifecycle import ROLE_COLOCATED, request_done, stage_of
@@ -41,7 +41,7 @@ from .state import (
 )
 
 
-@sim_jit
+@sim_jit_inline
 def launch(w, i, now):
     """Cost instance ``i``'s scheduled batch, mark it busy and record the step."""
     inst, reqs = w.inst, w.views[stage_of(w.knobs[i, K_ROLE])]
@@ -68,7 +68,7 @@ def launch(w, i, now):
                 inst.ist[i, I_WLEN], inst.ist[i, I_NRUN])
 
 
-@sim_jit
+@sim_jit_inline
 def start_step(w, i, now):
     """Schedule and launch instance ``i``'s next step at ``now``; False if it is empty."""
     reqs = w.views[stage_of(w.knobs[i, K_ROLE])]
@@ -90,7 +90,7 @@ def drop_finished(inst, reqs, i):
     inst.ist[i, I_NRUN] = k
 
 
-@sim_jit
+@sim_jit_inline
 def complete_step(w, i, now):
     """End of instance ``i``'s step at ``now``: emit tokens, finish requests (a colocated
     request ends here; a decode instance's handler ends its requests)."""

@@ -52,11 +52,18 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
         if value is not None:
             workload[key] = value
     data = {**data, "workload": workload} if workload or "workload" in data else dict(data)
-    flags = {"seed": seed, "deployment.scheduler": scheduler, "deployment.router": router,
-             "deployment.num_instances": num_instances,
-             "deployment.num_gpu_blocks": num_gpu_blocks,
-             "deployment.max_num_seqs": max_num_seqs,
-             "deployment.max_num_batched_tokens": max_num_batched_tokens}
+    flags = {"seed": seed, "deployment.router": router,
+             "deployment.num_instances": num_instances}
+    knobs = {"scheduler": scheduler, "num_gpu_blocks": num_gpu_blocks,
+             "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+    pools = (data.get("deployment") or {}).get("pools")
+    if isinstance(pools, list):  # the pool form: instance knobs apply to every pool
+        if len(pools) == 1:
+            flags["deployment.pools.0.count"] = flags.pop("deployment.num_instances")
+        for i in range(len(pools)):
+            flags.update({f"deployment.pools.{i}.{k}": v for k, v in knobs.items()})
+    else:
+        flags.update({f"deployment.{k}": v for k, v in knobs.items()})
     for key, value in {**{k: v for k, v in flags.items() if v is not None},
                        **(sets or {})}.items():
         data = set_path(data, key, value.value if isinstance(value, Enum) else value)

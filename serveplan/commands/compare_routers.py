@@ -72,8 +72,9 @@ def compare(cfg, routers: list[str]) -> tuple[list[dict], list]:
                                   block_size=resolved.prefill.params.block_size)
         for name in names:
             res = run_resolved(resolved, requests, router=name, record_steps=2)
+            key = "decode_router" if hasattr(cfg.deployment, "decode_router") else "router"
             ds = pd_dataset(cfg.model_copy(update={"deployment": cfg.deployment.model_copy(
-                update={"router": name})}), resolved, res)
+                update={key: name})}), resolved, res)
             rows.append({"router": name, **json.loads(ds.attrs["summary"])})
             sets.append(ds)
         return rows, sets
