@@ -342,52 +342,75 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     """
     _jitcache.refresh()
     pools = tuple(pools)
-    arch = _check_roles(pools, handoff)
-    pd = arch == "pd"
+    pd = _check_roles(pools, handoff) == "pd"
     h = (handoff or Handoff()) if pd else None
     if policy is not None and pd:
         raise ValueError("a Python policy schedules colocated instances only")
     code = _entry_router(router)
+    world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps)
     n = len(requests)
-    prompt = np.asarray(requests.prompt_len, dtype=np.int64)
-    output_req = np.asarray(requests.output_len, dtype=np.int64)
-    max_len = min(p.params.max_model_len for p in pools)
-    output, ignored = clip_lengths(prompt, output_req, max_len)
-    conc = requests.concurrency or 0
-    delay = pd and h.prefill_stage == "delay"
-    if delay and conc:
-        raise ValueError("the delay prefill stage needs an open-loop workload (arrival "
-                         "times), not a closed loop")
-    hold = int(256 if h is None or h.prefill_hold is None else h.prefill_hold)
-    if hold < 0:
-        raise ValueError(f"prefill_hold must be >= 0, got {hold!r}")
-    arrival = np.array(requests.arrival_s, dtype=np.float64)
-    if conc:
-        arrival[: min(conc, n)] = 0.0
-    lay = _layout(pools, n, prompt, output, ignored, delay, hold)
-    views = _views(requests, n, prompt, output, ignored, arrival, pd)
-    hs = (_handoff_state(pools, h, lay, n, arrival, prompt, ignored) if pd
-          else make_handoff_state(n, 0, 0))
-    n_p = 0 if not pd or delay else int(pools[0].num_instances)
-    world = World(
-        pool=make_pool(lay.blocks), inst=make_inst(len(lay.pool_of), lay.slots,
-                                                   lay.max_blocks, lay.queue_cap),
-        views=views, knobs=_knob_table(pools, lay, policy),
-        glob=_glob(requests, code, lay, n, conc, max_steps), clock=np.zeros(1),
-        rec=make_rec(record_steps),
-        costs=make_cost_tables([p.cost for p in pools]), hs=hs,
-        rt=_router_state(pools, h, n, prompt, ignored),
-        x=make_xfer(n if pd else 0, n_p if not delay else 1, pools[-1].num_instances if pd else 0))
     if n and policy is None:
         run_loop(world, 0.0)
     elif n:
         run_with_python_policy(world, policy)
     _raise_on_error(world.glob, n, max_steps)
-    last = views[-1] if pd else views[0]
-    capped = (last.status == FINISHED_STOPPED) & (output < output_req)
+    last = world.views[1] if pd else world.views[0]
+    capped = (last.status == FINISHED_STOPPED) & (w.output < w.output_req)
     last.status[capped] = FINISHED_LENGTH_CAPPED
     return RunResult(world=world, pools=pools, handoff=h, pool_of=lay.pool_of,
-                     output_requested=output_req, ignored=ignored, router=str(router))
+                     output_requested=w.output_req, ignored=w.ignored, router=str(router))
+
+
+@dataclass
+class _Workload:
+    """The requests as the run sees them: lengths clipped to the context, arrival times."""
+
+    prompt: np.ndarray
+    output_req: np.ndarray
+    output: np.ndarray
+    ignored: np.ndarray
+    arrival: np.ndarray
+    conc: int
+
+
+def _workload(requests, pools) -> _Workload:
+    n = len(requests)
+    prompt = np.asarray(requests.prompt_len, dtype=np.int64)
+    output_req = np.asarray(requests.output_len, dtype=np.int64)
+    output, ignored = clip_lengths(prompt, output_req, min(p.params.max_model_len for p in pools))
+    conc = int(requests.concurrency or 0)
+    arrival = np.array(requests.arrival_s, dtype=np.float64)
+    if conc:
+        arrival[: min(conc, n)] = 0.0
+    return _Workload(prompt, output_req, output, ignored, arrival, conc)
+
+
+def _build_world(requests, pools, h, code, policy, record_steps, max_steps):
+    """The run's arrays: ``(world, layout, workload)``."""
+    pd = h is not None
+    n = len(requests)
+    w = _workload(requests, pools)
+    delay = pd and h.prefill_stage == "delay"
+    if delay and w.conc:
+        raise ValueError("the delay prefill stage needs an open-loop workload (arrival "
+                         "times), not a closed loop")
+    hold = int(256 if h is None or h.prefill_hold is None else h.prefill_hold)
+    if hold < 0:
+        raise ValueError(f"prefill_hold must be >= 0, got {hold!r}")
+    lay = _layout(pools, n, w.prompt, w.output, w.ignored, delay, hold)
+    hs = (_handoff_state(pools, h, lay, n, w.arrival, w.prompt, w.ignored) if pd
+          else make_handoff_state(n, 0, 0))
+    n_p = 1 if delay else (int(pools[0].num_instances) if pd else 0)
+    world = World(
+        pool=make_pool(lay.blocks),
+        inst=make_inst(len(lay.pool_of), lay.slots, lay.max_blocks, lay.queue_cap),
+        views=_views(requests, n, w.prompt, w.output, w.ignored, w.arrival, pd),
+        knobs=_knob_table(pools, lay, policy),
+        glob=_glob(requests, code, lay, n, w.conc, max_steps), clock=np.zeros(1),
+        rec=make_rec(record_steps), costs=make_cost_tables([p.cost for p in pools]), hs=hs,
+        rt=_router_state(pools, h, n, w.prompt, w.ignored),
+        x=make_xfer(n if pd else 0, n_p, pools[-1].num_instances if pd else 0))
+    return world, lay, w
 
 
 __all__ = ["ENTRY_ROUTERS", "RunResult", "run_pools"]
