@@ -472,12 +472,7 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
                   gpus=prep.gpus, slo=slo, seeds=tuple(seeds), confidence=confidence,
                   rtol=rtol)
     if level == "analytic":
-        grid = np.unique(np.concatenate([np.geomspace(cap * 1e-2, cap, 24), [lam_a]]))
-        grid = grid[grid > 0]
-        nxt = lam_a * (1 + rtol)
-        return GoodputResult(rate=lam_a, low=lam_a, high=lam_a, next_rate=nxt, next_low=nxt,
-                             next_high=nxt, checks=tuple(analytic_checks(prep, grid, slo)),
-                             **common)
+        return _analytic_result(prep, slo, lam_a, cap, rtol, common)
 
     book = _Brackets()
 
@@ -488,8 +483,27 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
         return c
 
     start = lam_a if lam_a > 0 else 0.5 * cap
+    censored = _step_to_brackets(run, book, start, max(4.0 * cap, 4.0 * start), grow, max_evals)
+    _narrow_brackets(run, book, rtol, max_evals)
+    return _bracketed_result(book, censored, common)
+
+
+def _analytic_result(prep: PreparedDeployment, slo: SLO, lam_a: float, cap: float, rtol: float,
+                     common: dict) -> GoodputResult:
+    """Goodput at the analytic level: its goodput, with the analytic checks on a rate grid."""
+    grid = np.unique(np.concatenate([np.geomspace(cap * 1e-2, cap, 24), [lam_a]]))
+    grid = grid[grid > 0]
+    nxt = lam_a * (1 + rtol)
+    return GoodputResult(rate=lam_a, low=lam_a, high=lam_a, next_rate=nxt, next_low=nxt,
+                         next_high=nxt, checks=tuple(analytic_checks(prep, grid, slo)), **common)
+
+
+def _step_to_brackets(run, book: _Brackets, start: float, ceiling: float, grow: float,
+                      max_evals: int) -> bool:
+    """Step the rate up from ``start`` while the SLO is plausible (to ``ceiling``), then down
+    until it is met (to ``start / 1000``), by factors ``grow``, ``grow**2``, ``grow**4``, ...;
+    returns whether the last rate up was still plausible (censored)."""
     floor = start * 1e-3
-    ceiling = max(4.0 * cap, 4.0 * start)
     c = run(start)
     r, f = start, grow
     while c.plausible and r < ceiling and len(book.checks) < max_evals:
@@ -501,6 +515,11 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
     while not c.met and r > floor and len(book.checks) < max_evals:
         r, f = max(r / f, floor), f * f
         c = run(r)
+    return censored
+
+
+def _narrow_brackets(run, book: _Brackets, rtol: float, max_evals: int) -> None:
+    """Regula falsi on each predicate's bracket until it is narrower than ``rtol``."""
     for pred in _Brackets.PREDICATES:
         which = _Brackets.MARGIN[pred]
         while len(book.checks) < max_evals:
@@ -508,6 +527,10 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
             if lo is None or hi is None or hi.rate <= lo.rate * (1.0 + rtol):
                 break
             run(_next_rate(lo, hi, which))
+
+
+def _bracketed_result(book: _Brackets, censored: bool, common: dict) -> GoodputResult:
+    """The three goodputs (largest rate where each predicate holds) and the rates above."""
     found = {}
     for pred in _Brackets.PREDICATES:
         lo, hi = book.bracket(pred)

@@ -90,6 +90,51 @@ RouterState = namedtuple("RouterState", [
 ])
 
 
+def _router_code(name: str) -> tuple[int, int]:
+    """``(code, SIBYL variant flags)`` of router ``name`` (a key of :data:`DECODE_ROUTERS` or
+    an alias); raises ``ValueError`` naming the valid choices."""
+    name = ROUTER_ALIASES.get(name, name)
+    if name not in DECODE_ROUTERS:
+        raise ValueError(f"router given an invalid value: {name!r} (valid: "
+                         f"{', '.join(list(DECODE_ROUTERS) + list(ROUTER_ALIASES))})")
+    return DECODE_ROUTERS[name]
+
+
+def _check_sibyl_params(delta: float, alpha: float, v_sys_init: float) -> None:
+    if not (np.isfinite(delta) and delta > 0):
+        raise ValueError(f"delta must be finite and > 0, got {delta!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not (np.isfinite(v_sys_init) and v_sys_init > 0):
+        raise ValueError(f"v_sys_init must be finite and > 0, got {v_sys_init!r}")
+
+
+def _initial_survival(surv_init: np.ndarray | None, max_length: int, delta: float):
+    """Survival values at the bucket boundaries and their lookup tables ``(surv, tab, inv)``."""
+    nb = max(int(np.ceil(max_length / delta)), 1)
+    surv = np.ones(nb) if surv_init is None else np.array(surv_init, dtype=np.float64)
+    if surv.shape != (nb,):
+        raise ValueError(f"surv_init must have {nb} values, got shape {surv.shape}")
+    tab, inv = survival_tables(surv)
+    return surv, tab, inv
+
+
+def _param_arrays(code: int, flags: int, n_decode: int, delta: float, alpha: float,
+                  v_sys_init: float) -> tuple[np.ndarray, np.ndarray]:
+    """The float and int parameter vectors ``(fp, ip)`` (layouts ``F_*`` and ``R_*``)."""
+    fp = np.zeros(N_FP)
+    fp[F_VINIT] = v_sys_init
+    fp[F_DELTA] = delta
+    fp[F_ALPHA] = alpha
+    fp[F_DECAY] = 1.0 - 1.0 / (4.0 * n_decode)
+    fp[F_INV_DELTA] = 1.0 / delta
+    ip = np.zeros(N_IP, dtype=np.int64)
+    ip[R_CODE] = code
+    ip[R_FLAGS] = flags
+    ip[R_SIBYL] = int(code == D_SIBYL)
+    return fp, ip
+
+
 def make_router_state(name: str, n_requests: int, n_decode: int, *, active_capacity: int,
                       pending_capacity: int, max_length: int, delta: float = 128.0,
                       alpha: float = 0.99, v_sys_init: float = 30.0,
@@ -112,36 +157,14 @@ def make_router_state(name: str, n_requests: int, n_decode: int, *, active_capac
         Initial survival values at the bucket boundaries (default ones: PROB@1 until
         completions are seen, as :class:`serveplan.queueing.survival.OnlineSurvival`).
     """
-    name = ROUTER_ALIASES.get(name, name)
-    if name not in DECODE_ROUTERS:
-        raise ValueError(f"router given an invalid value: {name!r} (valid: "
-                         f"{', '.join(list(DECODE_ROUTERS) + list(ROUTER_ALIASES))})")
-    if not (np.isfinite(delta) and delta > 0):
-        raise ValueError(f"delta must be finite and > 0, got {delta!r}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if not (np.isfinite(v_sys_init) and v_sys_init > 0):
-        raise ValueError(f"v_sys_init must be finite and > 0, got {v_sys_init!r}")
-    code, flags = DECODE_ROUTERS[name]
+    code, flags = _router_code(name)
+    _check_sibyl_params(delta, alpha, v_sys_init)
     sibyl = code == D_SIBYL
     nd = int(n_decode)
     ca = max(int(active_capacity), 1) if sibyl else 1
     cp = max(int(pending_capacity), 1) if sibyl else 1
-    nb = max(int(np.ceil(max_length / delta)), 1)
-    surv = np.ones(nb) if surv_init is None else np.array(surv_init, dtype=np.float64)
-    if surv.shape != (nb,):
-        raise ValueError(f"surv_init must have {nb} values, got shape {surv.shape}")
-    tab, inv = survival_tables(surv)
-    fp = np.zeros(N_FP)
-    fp[F_VINIT] = v_sys_init
-    fp[F_DELTA] = delta
-    fp[F_ALPHA] = alpha
-    fp[F_DECAY] = 1.0 - 1.0 / (4.0 * nd)
-    fp[F_INV_DELTA] = 1.0 / delta
-    ip = np.zeros(N_IP, dtype=np.int64)
-    ip[R_CODE] = code
-    ip[R_FLAGS] = flags
-    ip[R_SIBYL] = int(sibyl)
+    surv, tab, inv = _initial_survival(surv_init, max_length, delta)
+    fp, ip = _param_arrays(code, flags, nd, delta, alpha, v_sys_init)
     zi = np.zeros(nd, dtype=np.int64)
     return RouterState(
         occ=zi.copy(), nact=zi.copy(), act_count=zi.copy(),

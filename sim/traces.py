@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .workload import MOONCAKE_BLOCK_SIZE, Empirical, Requests, _ragged_take
+from .lengths import Empirical
+from .requests import MOONCAKE_BLOCK_SIZE, Requests, ragged_take
 
 _CHUNK_LINES = 1 << 16
 _MAX_EXAMPLES = 10
@@ -122,7 +123,7 @@ class Trace:
             order = np.argsort(arrival_s, kind="stable")
             fields = {k: v[order] for k, v in fields.items()}
             if hashes:
-                hashes["hash_ids"], hashes["hash_offsets"] = _ragged_take(
+                hashes["hash_ids"], hashes["hash_offsets"] = ragged_take(
                     self.hash_ids, self.hash_offsets, order)
         requests = Requests(**fields, **hashes)
         if time_scale != 1.0 or rate is not None:
@@ -426,6 +427,33 @@ def read_mooncake(path: str | Path, *, limit: int | None = None, skip_bad_lines:
         ts, inp, out, ids, offsets = fast
         return Trace(path, inp, out, _relative_seconds(ts, 1e3), hash_ids=ids,
                      hash_offsets=offsets, hash_block_size=block_size)
+    ts, lens, hashes = _read_mooncake_lines(path, limit, block_size, bad)
+    return _mooncake_trace(path, ts, lens, hashes, block_size, bad)
+
+
+def _json_object(line: str, lineno: int, bad: _BadLines) -> dict | None:
+    """The JSON object on a line, or ``None`` (reported to ``bad``) if it holds none."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        bad(lineno, f"not valid JSON ({e.msg} at column {e.colno})")
+        return None
+    if not isinstance(rec, dict):
+        bad(lineno, f"expected a JSON object, got {type(rec).__name__}")
+        return None
+    return rec
+
+
+def _check_first_record(path: Path, rec: dict, lineno: int) -> None:
+    """A field missing from the first record is a wrong file, not a bad line: always raise."""
+    for key in MOONCAKE_FIELDS:
+        if key not in rec:
+            raise TraceError(f"{path}: missing field {key!r} (line {lineno} has {sorted(rec)})")
+
+
+def _read_mooncake_lines(path: Path, limit: int | None, block_size: int, bad: _BadLines):
+    """The good records of a Mooncake file read line by line: ``(timestamps, (input, output)
+    lengths, hash id lists)``; bad lines go to ``bad``."""
     ts: list[float] = []
     lens: list[tuple[int, int]] = []
     hashes: list[list[int]] = []
@@ -436,20 +464,12 @@ def read_mooncake(path: str | Path, *, limit: int | None = None, skip_bad_lines:
                 break
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                bad(lineno, f"not valid JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(rec, dict):
-                bad(lineno, f"expected a JSON object, got {type(rec).__name__}")
+            rec = _json_object(line, lineno, bad)
+            if rec is None:
                 continue
             if first:
                 first = False
-                for key in MOONCAKE_FIELDS:
-                    if key not in rec:
-                        raise TraceError(f"{path}: missing field {key!r} (line {lineno} has "
-                                         f"{sorted(rec)})")
+                _check_first_record(path, rec, lineno)
             problem = _mooncake_problem(rec, block_size)
             if problem is not None:
                 bad(lineno, problem)
@@ -457,6 +477,12 @@ def read_mooncake(path: str | Path, *, limit: int | None = None, skip_bad_lines:
             ts.append(rec["timestamp"])
             lens.append((rec["input_length"], rec["output_length"]))
             hashes.append(rec["hash_ids"])
+    return ts, lens, hashes
+
+
+def _mooncake_trace(path: Path, ts: list[float], lens: list[tuple[int, int]],
+                    hashes: list[list[int]], block_size: int, bad: _BadLines) -> Trace:
+    """The :class:`Trace` of the records read line by line."""
     lengths = np.array(lens, dtype=np.int64).reshape(-1, 2)
     counts = np.fromiter(map(len, hashes), dtype=np.int64, count=len(hashes))
     offsets = np.zeros(len(hashes) + 1, dtype=np.int64)

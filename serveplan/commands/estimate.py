@@ -12,7 +12,7 @@ from rich.table import Table
 
 from serveplan.commands.app import app
 from serveplan.errors import UserError, report_errors
-from serveplan.estimator.memory import GIB, plan_memory
+from serveplan.estimator.memory import GIB, MemoryPlan, plan_memory
 from serveplan.estimator.oracle import CostOracle, check_dtype_supported
 from serveplan.estimator.profile import load_profile
 from serveplan.estimator.specs import Parallelism
@@ -151,8 +151,13 @@ def memory(
         return
     if not plan.fits:
         raise UserError(plan.reason)
+    _print_memory_plan(plan, f"{model} on {gpu} tp={tp} pp={pp} · memory per GPU")
+
+
+def _print_memory_plan(plan: MemoryPlan, title: str) -> None:
+    """The memory table (GiB per part) and the KV block summary line of a plan that fits."""
     console = Console()
-    table = Table(title=f"{model} on {gpu} tp={tp} pp={pp} · memory per GPU")
+    table = Table(title=title)
     table.add_column("part")
     table.add_column("GiB", justify="right")
     rows = [

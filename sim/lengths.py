@@ -1,0 +1,231 @@
+"""Length distributions of prompts and outputs that carry their own moments.
+
+:class:`Fixed`, :class:`Uniform`, :class:`LogNormal` and :class:`Empirical`, all subclasses of
+:class:`LengthDist`: one object feeds both the sampler and the analytic formulas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy import special
+
+from ._checks import SeedLike, as_array, check_int, check_positive, first_bad, make_rng
+
+_MAX_LEN = 1 << 62  # cap for unclipped samples so that the int64 cast is defined
+
+
+class LengthDist:
+    """Integer length distribution on ``{1, 2, ...}`` that carries its own moments.
+
+    Subclasses define ``sample(n, seed) -> int64[n]``, ``mean``, ``var`` and ``sf(x) = P(L > x)``;
+    the moments are those of the sampled integers, so one object feeds both the sampler and the
+    analytic formulas (e.g. ``E[S^2] = var + mean**2`` in Pollaczek-Khinchine).
+    """
+
+    mean: float
+    var: float
+
+    def sample(self, n: int, seed: SeedLike = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def sf(self, x: np.ndarray | float) -> np.ndarray:
+        raise NotImplementedError
+
+    def cdf(self, x: np.ndarray | float) -> np.ndarray:
+        """``P(L <= x)``."""
+        return 1.0 - self.sf(x)
+
+    @property
+    def std(self) -> float:
+        return float(np.sqrt(self.var))
+
+    @property
+    def second_moment(self) -> float:
+        """``E[L^2] = var + mean^2``."""
+        return self.var + self.mean**2
+
+
+@dataclass(frozen=True)
+class Fixed(LengthDist):
+    """Every request has ``value`` tokens."""
+
+    value: int
+
+    def __post_init__(self) -> None:
+        check_int("value", self.value, 1)
+
+    @property
+    def mean(self) -> float:
+        return float(self.value)
+
+    @property
+    def var(self) -> float:
+        return 0.0
+
+    def sample(self, n: int, seed: SeedLike = None) -> np.ndarray:
+        return np.full(check_int("n", n, 0), self.value, dtype=np.int64)
+
+    def sf(self, x: np.ndarray | float) -> np.ndarray:
+        return (np.asarray(x, dtype=np.float64) < self.value).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Uniform(LengthDist):
+    """Integers uniform on ``low .. high`` inclusive.
+
+    Notes
+    -----
+    ``mean = (low + high) / 2`` and ``var = ((high - low + 1)**2 - 1) / 12``.
+    """
+
+    low: int
+    high: int
+
+    def __post_init__(self) -> None:
+        check_int("low", self.low, 1)
+        check_int("high", self.high, self.low)
+
+    @property
+    def mean(self) -> float:
+        return (self.low + self.high) / 2
+
+    @property
+    def var(self) -> float:
+        return ((self.high - self.low + 1) ** 2 - 1) / 12
+
+    def sample(self, n: int, seed: SeedLike = None) -> np.ndarray:
+        return make_rng(seed).integers(self.low, self.high + 1, check_int("n", n, 0), dtype=np.int64)
+
+    def sf(self, x: np.ndarray | float) -> np.ndarray:
+        k = np.floor(np.asarray(x, dtype=np.float64))
+        return np.clip((self.high - k) / (self.high - self.low + 1), 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class LogNormal(LengthDist):
+    """Lognormal lengths, rounded up to integers and clipped to ``[1, clip_max]``.
+
+    Parameters
+    ----------
+    median : float
+        Median ``exp(mu)`` of the underlying continuous lognormal ``X``.
+    sigma : float
+        Standard deviation of ``log X`` (> 0).
+    clip_max : int, optional
+        Largest length (e.g. the model's context limit); no cap if ``None``.
+
+    Notes
+    -----
+    Samples are ``L = min(max(ceil(X), 1), clip_max)``. ``mean``, ``var`` and ``sf`` are exact for
+    ``L`` (not for ``X``): with ``S(k) = P(X > k)``, ``P(L > k) = S(k)`` for ``1 <= k < clip_max``,
+    ``E[L] = 1 + sum_{k=1}^{M-1} S(k)`` and ``E[L^2] = 1 + sum_{k=1}^{M-1} (2k + 1) S(k)``. The sums
+    run term by term up to ``k = 2**16`` and continue with the midpoint rule in closed form, using
+    the lognormal partial moments ``E[X^j; a < X < b] = exp(j mu + j^2 sigma^2 / 2)
+    (Phi((mu + j sigma^2 - ln a) / sigma) - Phi((mu + j sigma^2 - ln b) / sigma))``.
+    Use :meth:`from_mean` to give the mean of ``X`` instead of its median.
+    """
+
+    median: float
+    sigma: float
+    clip_max: int | None = None
+
+    _TERMS = 1 << 16
+
+    def __post_init__(self) -> None:
+        check_positive("median", self.median)
+        check_positive("sigma", self.sigma)
+        if self.clip_max is not None:
+            check_int("clip_max", self.clip_max, 1)
+
+    @classmethod
+    def from_mean(cls, mean: float, sigma: float, clip_max: int | None = None) -> LogNormal:
+        """Lognormal whose continuous ``X`` has mean ``mean``: ``median = mean exp(-sigma^2/2)``."""
+        mean = check_positive("mean", mean)
+        return cls(mean * np.exp(-check_positive("sigma", sigma) ** 2 / 2), sigma, clip_max)
+
+    def _sf_x(self, x: np.ndarray) -> np.ndarray:
+        return special.ndtr((np.log(self.median) - np.log(x)) / self.sigma)
+
+    @cached_property
+    def _moments(self) -> tuple[float, float]:
+        m = np.inf if self.clip_max is None else float(self.clip_max)
+        k = np.arange(1, int(min(m, self._TERMS)), dtype=np.float64)
+        s = self._sf_x(k)
+        m1, m2 = 1.0 + s.sum(), 1.0 + ((2 * k + 1) * s).sum()
+        if m > self._TERMS:  # tail: sum_{k=K}^{M-1} g(k) S(k) ~ integral over [K - 1/2, M - 1/2]
+            a, b = self._TERMS - 0.5, m - 0.5
+            mu, s2 = np.log(self.median), self.sigma**2
+
+            def partial(j: int) -> float:
+                z = [(mu + j * s2 - np.log(v)) / self.sigma for v in (a, b)]
+                return np.exp(j * mu + j * j * s2 / 2) * (special.ndtr(z[0]) - special.ndtr(z[1]))
+
+            sa = float(self._sf_x(np.array(a)))
+            sb = 0.0 if np.isinf(b) else float(self._sf_x(np.array(b)))
+            bsb, b2sb = (0.0, 0.0) if np.isinf(b) else (b * sb, (b * b + b) * sb)
+            m1 += bsb - a * sa + partial(1)
+            m2 += b2sb - (a * a + a) * sa + partial(2) + partial(1)
+        return float(m1), float(m2 - m1 * m1)
+
+    @property
+    def mean(self) -> float:
+        return self._moments[0]
+
+    @property
+    def var(self) -> float:
+        return self._moments[1]
+
+    def sample(self, n: int, seed: SeedLike = None) -> np.ndarray:
+        z = make_rng(seed).standard_normal(check_int("n", n, 0))
+        x = np.ceil(self.median * np.exp(self.sigma * z))
+        return np.clip(x, 1, self.clip_max or _MAX_LEN).astype(np.int64)
+
+    def sf(self, x: np.ndarray | float) -> np.ndarray:
+        k = np.floor(np.asarray(x, dtype=np.float64))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(k < 1, 1.0, self._sf_x(np.maximum(k, 1.0)))
+        if self.clip_max is not None:
+            out = np.where(k >= self.clip_max, 0.0, out)
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Empirical(LengthDist):
+    """Resampling with replacement from observed lengths (e.g. a trace column).
+
+    Notes
+    -----
+    ``mean`` and ``var`` are the moments of the observed values with ``ddof = 0``, which are the
+    exact moments of resampling.
+    """
+
+    values: np.ndarray
+
+    def __post_init__(self) -> None:
+        v = as_array("values", self.values, np.int64)
+        if len(v) == 0:
+            raise ValueError("values must not be empty")
+        first_bad("values", v, v < 1, "lengths must be >= 1")
+        object.__setattr__(self, "values", v)
+
+    @cached_property
+    def _sorted(self) -> np.ndarray:
+        return np.sort(self.values)
+
+    @cached_property
+    def mean(self) -> float:
+        return float(self.values.mean())
+
+    @cached_property
+    def var(self) -> float:
+        return float(self.values.var())
+
+    def sample(self, n: int, seed: SeedLike = None) -> np.ndarray:
+        return self.values[make_rng(seed).integers(0, len(self.values), check_int("n", n, 0))]
+
+    def sf(self, x: np.ndarray | float) -> np.ndarray:
+        below = np.searchsorted(self._sorted, np.asarray(x, dtype=np.float64), side="right")
+        return 1.0 - below / len(self.values)
