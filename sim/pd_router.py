@@ -213,18 +213,28 @@ def _pend_add(rt, d, r, l_in, start):
 
 
 @sim_jit
+def _free_slot(req, count, slot_of, d, r):
+    """Remove ``r``'s slot on instance ``d`` by moving the instance's last slot into it;
+    returns ``(slot, last)`` so the caller moves its value columns from ``last`` to
+    ``slot`` when they differ."""
+    s = slot_of[r]
+    last = count[d] - 1
+    if last != s:
+        moved = req[d, last]
+        req[d, s] = moved
+        slot_of[moved] = s
+    req[d, last] = -1
+    count[d] = last
+    slot_of[r] = -1
+    return s, last
+
+
+@sim_jit
 def _pend_remove(rt, d, r):
-    s = rt.slot_of[r]
-    last = rt.pend_count[d] - 1
+    s, last = _free_slot(rt.pend_req, rt.pend_count, rt.slot_of, d, r)
     if last != s:
         rt.pend_lin[d, s] = rt.pend_lin[d, last]
         rt.pend_start[d, s] = rt.pend_start[d, last]
-        moved = rt.pend_req[d, last]
-        rt.pend_req[d, s] = moved
-        rt.slot_of[moved] = s
-    rt.pend_req[d, last] = -1
-    rt.pend_count[d] = last
-    rt.slot_of[r] = -1
 
 
 @sim_jit
@@ -240,18 +250,11 @@ def _act_add(rt, d, r, l_in, l_now, rate):
 
 @sim_jit
 def _act_remove(rt, d, r):
-    s = rt.slot_of[r]
-    last = rt.act_count[d] - 1
+    s, last = _free_slot(rt.act_req, rt.act_count, rt.slot_of, d, r)
     if last != s:
         rt.act_lin[d, s] = rt.act_lin[d, last]
         rt.act_len[d, s] = rt.act_len[d, last]
         rt.act_rate[d, s] = rt.act_rate[d, last]
-        moved = rt.act_req[d, last]
-        rt.act_req[d, s] = moved
-        rt.slot_of[moved] = s
-    rt.act_req[d, last] = -1
-    rt.act_count[d] = last
-    rt.slot_of[r] = -1
 
 
 # ------------------------------------------------------------------------ lifecycle
