@@ -30,9 +30,9 @@ form from a mapping. :mod:`serveplan.config` re-exports everything here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority"]
@@ -43,6 +43,9 @@ DecodeRouterName = Literal["round-robin", "least-loaded", "least-requests", "sib
                            "sibyl-reqlevel"]
 DECODE_ROUTER_ALIASES = {"rr": "round-robin", "ils": "least-loaded", "ils-tokens": "least-loaded",
                          "ils-requests": "least-requests"}
+DecodeRouter = Annotated[DecodeRouterName, BeforeValidator(
+    lambda v: DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v)]
+"""A decode router name, its aliases (``rr``, ``ils``, ...) accepted."""
 DTypeName = Literal["bf16", "fp16", "fp8"]
 RoleName = Literal["colocated", "prefill", "decode", "attention", "ffn"]
 
@@ -189,7 +192,7 @@ class _PDPools(_Frozen):
     architecture: Literal["pd"] = "pd"
     prefill: Pool
     decode: Pool
-    router: DecodeRouterName = "round-robin"
+    router: DecodeRouter = "round-robin"
     prefill_router: PrefillRouterName = "least-loaded"
 
 
@@ -208,11 +211,6 @@ class PDDeployment(_Boundary, _PDPools):  # this base order keeps the fields in 
     ``kv_connector`` names vLLM's KV connector for launch export. Both pools serve the
     same model.
     """
-
-    @field_validator("router", mode="before")
-    @classmethod
-    def _router_alias(cls, v):
-        return DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _one_model(self):
@@ -271,7 +269,7 @@ class _Pools(_Frozen):
     router: str | None = Field(None, description="Entry router: colocated instances "
                                "(round-robin | least-outstanding-tokens | least-requests) or "
                                "prefill instances (least-loaded | round-robin).")
-    decode_router: DecodeRouterName = "round-robin"
+    decode_router: DecodeRouter = "round-robin"
 
 
 class PoolsDeployment(_Boundary, _Pools):  # this base order puts the pools first
@@ -310,11 +308,6 @@ class PoolsDeployment(_Boundary, _Pools):  # this base order puts the pools firs
             data["router"] = ENTRY_ROUTER_ALIASES.get(data["architecture"], {}).get(router,
                                                                                    router)
         return data
-
-    @field_validator("decode_router", mode="before")
-    @classmethod
-    def _router_alias(cls, v):
-        return DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _check(self):

@@ -44,19 +44,20 @@ def make_handoff_state(n: int, n_prefill: int, n_decode: int, *, gi=None, gf=Non
                        t_delay_end=None, dorder=None, p_node=None, d_node=None, link=None,
                        t_pre=None) -> HandoffState:
     """Handoff state for ``n`` requests between ``n_prefill`` and ``n_decode`` instances
-    (a colocated run has none of either and only uses ``t_finish``)."""
+    (a colocated run has none of either: only its ``t_finish`` is sized by request)."""
     m = max(n, 1)
     nd, npf = max(n_decode, 1), max(n_prefill, 1)
-    nan = np.full(m, np.nan)
+    m_pd = m if n_decode > 0 else 1  # per-request handoff arrays: a colocated run needs none
+    nan = np.full(m_pd, np.nan)
     i64 = np.int64
     return HandoffState(
-        p_of=np.full(m, -1, dtype=i64), d_of=np.full(m, -1, dtype=i64),
+        p_of=np.full(m_pd, -1, dtype=i64), d_of=np.full(m_pd, -1, dtype=i64),
         t_assign=nan.copy(), tau=nan.copy(), t_kvready=nan.copy(), t_xstart=nan.copy(),
-        t_join=nan.copy(), t_dec1=nan.copy(), t_finish=nan.copy(),
-        opt_tok=np.full(m, -1, dtype=np.int8), opt_req=np.full(m, -1, dtype=np.int8),
-        flag=np.zeros(m, dtype=i64), pq_next=np.full(m, -1, dtype=i64),
-        t_delay_end=np.full(m, np.inf) if t_delay_end is None else t_delay_end,
-        dorder=np.zeros(m, dtype=i64) if dorder is None else dorder,
+        t_join=nan.copy(), t_dec1=nan.copy(), t_finish=np.full(m, np.nan),
+        opt_tok=np.full(m_pd, -1, dtype=np.int8), opt_req=np.full(m_pd, -1, dtype=np.int8),
+        flag=np.zeros(m_pd, dtype=i64), pq_next=np.full(m_pd, -1, dtype=i64),
+        t_delay_end=np.full(m_pd, np.inf) if t_delay_end is None else t_delay_end,
+        dorder=np.zeros(m_pd, dtype=i64) if dorder is None else dorder,
         pq_head=np.full(nd, -1, dtype=i64), pq_tail=np.full(nd, -1, dtype=i64),
         pq_len=np.zeros(nd, dtype=i64), held=np.zeros(npf, dtype=i64),
         d_tstart=np.zeros(nd),

@@ -22,6 +22,7 @@ from collections import namedtuple
 
 from ._jitcache import sim_jit, sim_jit_inline
 from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, est_prefill
+from .pools import Role
 from .router import route
 from .state import (
     FINISHED_IGNORED,
@@ -38,7 +39,7 @@ from .state import (
 World = namedtuple("World", ["pool", "inst", "views", "knobs", "glob", "clock", "rec", "costs",
                              "hs", "rt", "x"])
 
-ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = 0, 1, 2  # serveplan.sim.pools.Role
+ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = int(Role.COLOCATED), int(Role.PREFILL), int(Role.DECODE)
 
 
 @sim_jit_inline

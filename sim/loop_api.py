@@ -172,7 +172,6 @@ class _Layout:
     blocks: np.ndarray
     max_blocks: int
     queue_cap: int
-    hold: int
 
 
 def _layout(pools, n, prompt, output, ignored, delay, hold) -> _Layout:
@@ -197,7 +196,7 @@ def _layout(pools, n, prompt, output, ignored, delay, hold) -> _Layout:
         blocks += [prm.num_gpu_blocks] * m
         max_blocks, queue_cap = max(max_blocks, need), max(queue_cap, cap)
     return _Layout(np.array(pool_of, dtype=np.int64), np.array(slots, dtype=np.int64),
-                   np.array(blocks, dtype=np.int64), max_blocks, queue_cap, hold)
+                   np.array(blocks, dtype=np.int64), max_blocks, queue_cap)
 
 
 def _knob_table(pools, lay: _Layout, policy) -> np.ndarray:
@@ -239,7 +238,7 @@ def _delay_order(prefill_cost, arrival, prompt, ignored, chunk, n):
     return t_end, order_out, len(order)
 
 
-def _handoff_state(pools, h: Handoff, lay: _Layout, n, arrival, prompt, ignored):
+def _handoff_state(pools, h: Handoff, n, arrival, prompt, ignored):
     pre, dec = pools
     link = h.link if h.link is not None else KVLink()
     delay = h.prefill_stage == "delay"
@@ -250,7 +249,7 @@ def _handoff_state(pools, h: Handoff, lay: _Layout, n, arrival, prompt, ignored)
     t_pre[1:] = prefill_seconds(pre.cost, np.arange(1, chunk + 1), chunk)
     t_end, order, n_delay = (_delay_order(pre.cost, arrival, prompt, ignored, chunk, n)
                              if delay else (None, None, 0))
-    p_node, d_node = link.nodes(max(n_pi, 1) if delay else n_pi, n_d)
+    p_node, d_node = link.nodes(1 if delay else n_pi, n_d)  # delay: as one prefill node
     gi = np.zeros(N_GI, dtype=np.int64)
     gi[Q_LATE] = int(h.assignment == "late")
     gi[Q_LAYERWISE] = int(bool(h.layerwise))
@@ -398,7 +397,7 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps):
     if hold < 0:
         raise ValueError(f"prefill_hold must be >= 0, got {hold!r}")
     lay = _layout(pools, n, w.prompt, w.output, w.ignored, delay, hold)
-    hs = (_handoff_state(pools, h, lay, n, w.arrival, w.prompt, w.ignored) if pd
+    hs = (_handoff_state(pools, h, n, w.arrival, w.prompt, w.ignored) if pd
           else make_handoff_state(n, 0, 0))
     n_p = 1 if delay else (int(pools[0].num_instances) if pd else 0)
     world = World(
