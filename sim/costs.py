@@ -23,11 +23,13 @@ import numpy as np
 from serveplan.kernels.roofline import step_time
 
 from ._jitcache import sim_jit
+from .runtime import N_T
 
 CostTables = namedtuple("CostTables", ["flags", "off", "ops", "mods", "prm", "graph_sizes",
-                                       "agg", "comp", "comm"])
-"""Stacked cost models: ``flags[c]`` (kind and coefficients) and ``off[c]`` (the row's
-slices of the stacked oracle arrays) per cost row ``c``."""
+                                       "agg", "comp", "comm", "rt"])
+"""Stacked cost models: ``flags[c]`` (kind and coefficients), ``off[c]`` (the row's
+slices of the stacked oracle arrays) and ``rt[c]`` (the runtime terms around the step,
+:class:`~serveplan.sim.runtime.StepRuntime`) per cost row ``c``."""
 KIND_ORACLE, KIND_AFFINE, KIND_FITTED = 0.0, 1.0, 2.0
 N_FLAGS = 6
 
@@ -107,9 +109,14 @@ def _flags(cost) -> np.ndarray:
     return np.zeros(N_FLAGS)
 
 
-def make_cost_tables(costs: list) -> CostTables:
-    """Stack the cost models ``costs`` (one row each) into compiled tables."""
+def make_cost_tables(costs: list, runtimes: list | None = None) -> CostTables:
+    """Stack the cost models ``costs`` (one row each, with its optional
+    :class:`~serveplan.sim.runtime.StepRuntime` in ``runtimes``) into compiled tables."""
     flags = np.stack([_flags(c) for c in costs])
+    rt = np.zeros((len(costs), N_T))
+    for c, runtime in enumerate(runtimes or ()):
+        if runtime is not None:
+            rt[c] = runtime.row()
     off = np.zeros((len(costs), 8), dtype=np.int64)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ops", "mods", "prm", "gs", "agg")}
     ends = np.zeros(4, dtype=np.int64)  # rows of ops, mods, prm, graph_sizes so far
@@ -127,11 +134,11 @@ def make_cost_tables(costs: list) -> CostTables:
     if not parts["ops"]:
         z1, z2 = np.zeros(1), np.zeros((1, 1))
         return CostTables(flags, off, z2, z2.copy(), z1, z1.copy(), z2.copy(), z1.copy(),
-                          z1.copy())
+                          z1.copy(), rt)
     cat = {k: np.ascontiguousarray(np.concatenate(v)) for k, v in parts.items()}
     n_mod = cat["mods"].shape[0]
     return CostTables(flags, off, cat["ops"], cat["mods"], cat["prm"], cat["gs"], cat["agg"],
-                      np.zeros(n_mod), np.zeros(n_mod))
+                      np.zeros(n_mod), np.zeros(n_mod), rt)
 
 
 @sim_jit

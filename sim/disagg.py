@@ -56,6 +56,7 @@ from .handoff import (
 from .kvcache import num_used
 from .lifecycle import request_done
 from .pd_router import is_least_loaded, on_decode_step, on_finish, on_join, on_token
+from .runtime import output_delay
 from .scheduler import schedule
 from .state import (
     FINISHED_STOPPED,
@@ -78,7 +79,7 @@ from .state import (
     free_request,
     num_tokens,
 )
-from .step import complete_step, drop_finished, launch
+from .step import complete_step, drop_finished, launch, schedule_step
 from .transfer import KIND_SCALEOUT, KIND_SCALEUP, xfer_begin, xfer_event, xfer_prefill_done
 
 
@@ -123,12 +124,16 @@ def complete_prefill(w, i, now):
     their KV stays held until transferred."""
     inst, p_reqs = w.inst, w.views[0]
     fin = False
-    for j in range(inst.ist[i, I_BATCH]):
+    bn = inst.ist[i, I_BATCH]
+    delay = output_delay(w.fe, bn)
+    for j in range(bn):
         r = inst.b_req[i, j]
         if p_reqs.computed[r] < num_tokens(p_reqs, r):
             continue  # a chunk
         p_reqs.n_out[r] = 1
         p_reqs.t_first[r] = now
+        w.fe.d_first[r] = delay
+        w.fe.d_last[r] = delay
         p_reqs.t_last[r] = now
         p_reqs.status[r] = FINISHED_STOPPED
         inst.load[i] -= p_reqs.prompt[r]
@@ -161,7 +166,7 @@ def start_prefill(w, i, now):
     cap = w.knobs[i, K_SLOTS] - w.hs.held[i]
     seq_cap = w.knobs[i, K_SEQ_CAP]
     w.knobs[i, K_MAX_SEQS] = cap if cap < seq_cap else seq_cap
-    if schedule(w.pool, w.inst, w.views[0], w.knobs, w.glob, i, now) == 0:
+    if schedule_step(w, i, now) == 0:
         return
     launch(w, i, now)
     hs = w.hs

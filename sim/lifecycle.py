@@ -24,6 +24,7 @@ from ._jitcache import sim_jit, sim_jit_inline
 from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, est_prefill
 from .pools import Role
 from .router import route
+from .runtime import F_ON, push_release
 from .state import (
     FINISHED_IGNORED,
     G_CONCURRENCY,
@@ -37,7 +38,7 @@ from .state import (
 )
 
 World = namedtuple("World", ["pool", "inst", "views", "knobs", "glob", "clock", "rec", "costs",
-                             "hs", "rt", "x"])
+                             "hs", "rt", "x", "fe"])
 
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = int(Role.COLOCATED), int(Role.PREFILL), int(Role.DECODE)
 
@@ -95,19 +96,31 @@ def _finish_ignored(w, r, now):
 
 
 @sim_jit
+def _set_arrival(w, k, t):
+    w.views[0].arrival[k] = t
+    if w.views[1].arrival.shape[0] == w.views[0].arrival.shape[0]:
+        w.views[1].arrival[k] = t
+
+
+@sim_jit
 def release_next(w, r, now):
-    """Closed loop: the client of ``r`` sends its next request at ``now`` (skipping, at
-    once, requests rejected up front)."""
+    """Closed loop: the client of ``r``, which got the last token at ``now`` (plus the
+    front end's output delay), sends its next request (skipping, at once, requests rejected
+    up front). Through a front end the request reaches the engine later: a pending release
+    (:mod:`serveplan.sim.runtime`); otherwise it is admitted now."""
     conc = w.glob[G_CONCURRENCY]
     n = w.views[0].prompt.shape[0]
     k = r + conc
+    fe = w.fe
     while conc > 0 and k < n:
-        w.views[0].arrival[k] = now
-        if w.views[1].arrival.shape[0] == n:
-            w.views[1].arrival[k] = now
+        if fe.terms[F_ON] != 0.0 and w.views[0].status[k] != FINISHED_IGNORED:
+            _set_arrival(w, k, push_release(fe, k, now + fe.d_last[r], w.views[0].prompt[k]))
+            return
+        _set_arrival(w, k, now)
         if w.views[0].status[k] != FINISHED_IGNORED:
             admit(w, k, now)
             return
+        fe.t_sent[k] = now
         _finish_ignored(w, k, now)
         k += conc
 

@@ -6,7 +6,8 @@ policy, and its own cost row. The loop advances time from event to event; the ne
 found by comparing a few times, with no heap:
 
 1. the next arrival (requests are sorted by arrival, a pointer walks them; a closed
-   loop's later requests are released by their client's previous one instead);
+   loop's later requests are released by their client's previous one instead, at once or,
+   through a front end, from a FIFO of pending releases);
 2. the earliest step end among busy *upstream* instances (colocated, prefill), or the next
    completion of SIBYL's delay stage;
 3. the next cross-role transfer event (:mod:`serveplan.sim.transfer`);
@@ -38,7 +39,8 @@ from .disagg import (
     start_prefill,
 )
 from .handoff import Q_DBASE, Q_DELAY, Q_DPTR, Q_NDELAY
-from .lifecycle import ROLE_DECODE, ROLE_PREFILL, on_arrival
+from .lifecycle import ROLE_DECODE, ROLE_PREFILL, admit, on_arrival
+from .runtime import next_release_time, pop_release
 from .state import (
     A_BUSY_UNTIL,
     ERR_MAX_STEPS,
@@ -64,9 +66,12 @@ from .transfer import xfer_next_time
 
 @sim_jit_inline
 def _next_arrival(w):
-    if w.glob[G_NEXT] < w.glob[G_NOPEN]:
-        return w.views[0].arrival[w.glob[G_NEXT]]
-    return np.inf
+    """``(time, from_ring)``: the next open arrival or released closed-loop request."""
+    t = w.views[0].arrival[w.glob[G_NEXT]] if w.glob[G_NEXT] < w.glob[G_NOPEN] else np.inf
+    t_rel = next_release_time(w.fe)
+    if t_rel < t:
+        return t_rel, True
+    return t, False
 
 
 @sim_jit_inline
@@ -145,12 +150,15 @@ def _start_idle(w, first, now):
 @sim_jit_inline
 def _handle_next_event(w):
     """Handle the next event; returns its time (NaN: nothing can happen, a stall)."""
-    t_arr = _next_arrival(w)
+    t_arr, released = _next_arrival(w)
     k_up, t_up, k_down, t_down = _next_step_ends(w)
     t_x = xfer_next_time(w.x)
     if t_arr == np.inf and t_up == np.inf and t_x == np.inf and t_down == np.inf:
         return np.nan
     if t_arr <= t_up and t_arr <= t_x and t_arr <= t_down:
+        if released:
+            admit(w, pop_release(w.fe), t_arr)
+            return t_arr
         r = w.glob[G_NEXT]
         w.glob[G_NEXT] = r + 1
         on_arrival(w, r, t_arr)

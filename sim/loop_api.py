@@ -38,6 +38,7 @@ from .pd_router import make_router_state
 from .pools import ROLE_NAMES, Handoff, Role
 from .pyhook import run_with_python_policy
 from .recorder import make_rec
+from .runtime import F_FREE_AT, F_ON, FrontEnd, make_front, to_client_times
 from .state import (
     ERR_MAX_STEPS,
     ERR_STALL,
@@ -312,7 +313,7 @@ def _raise_on_error(glob, n, max_steps) -> None:
 
 def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None = None,
               record_steps: int = 1 << 16, max_steps: int | None = None,
-              policy=None) -> RunResult:
+              policy=None, frontend: FrontEnd | None = None) -> RunResult:
     """Simulate ``requests`` on a deployment given as role pools (module docstring).
 
     Parameters
@@ -333,6 +334,9 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     policy : callable, optional
         A Python research scheduler for colocated instances
         (:mod:`serveplan.sim.pyhook`); slower, for experiments.
+    frontend : FrontEnd, optional
+        The API server's request and token work (:mod:`serveplan.sim.runtime`); results
+        then report the client's times.
 
     Raises
     ------
@@ -346,13 +350,15 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     if policy is not None and pd:
         raise ValueError("a Python policy schedules colocated instances only")
     code = _entry_router(router)
-    world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps)
+    world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps,
+                                 frontend)
     n = len(requests)
     if n and policy is None:
         run_loop(world, 0.0)
     elif n:
         run_with_python_policy(world, policy)
     _raise_on_error(world.glob, n, max_steps)
+    to_client_times(world.fe, world.views, world.hs.t_finish)
     last = world.views[1] if pd else world.views[0]
     capped = (last.status == FINISHED_STOPPED) & (w.output < w.output_req)
     last.status[capped] = FINISHED_LENGTH_CAPPED
@@ -384,11 +390,25 @@ def _workload(requests, pools) -> _Workload:
     return _Workload(prompt, output_req, output, ignored, arrival, conc)
 
 
-def _build_world(requests, pools, h, code, policy, record_steps, max_steps):
+def _front(w: _Workload, frontend: FrontEnd | None):
+    """Front-end state; open arrivals (a closed loop's first requests) become the times the
+    engine gets them."""
+    n = len(w.prompt)
+    fe = make_front(frontend, n, w.conc)
+    if fe.terms[F_ON] != 0.0 and n:
+        n_open = min(w.conc, n) if w.conc else n
+        fe.t_sent[:n_open] = w.arrival[:n_open]
+        w.arrival[:n_open] = frontend.engine_arrivals(w.arrival[:n_open], w.prompt[:n_open])
+        fe.terms[F_FREE_AT] = w.arrival[n_open - 1]
+    return fe
+
+
+def _build_world(requests, pools, h, code, policy, record_steps, max_steps, frontend=None):
     """The run's arrays: ``(world, layout, workload)``."""
     pd = h is not None
     n = len(requests)
     w = _workload(requests, pools)
+    fe = _front(w, frontend)
     delay = pd and h.prefill_stage == "delay"
     if delay and w.conc:
         raise ValueError("the delay prefill stage needs an open-loop workload (arrival "
@@ -406,9 +426,10 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps):
         views=_views(requests, n, w.prompt, w.output, w.ignored, w.arrival, pd),
         knobs=_knob_table(pools, lay, policy),
         glob=_glob(requests, code, lay, n, w.conc, max_steps), clock=np.zeros(1),
-        rec=make_rec(record_steps), costs=make_cost_tables([p.cost for p in pools]), hs=hs,
+        rec=make_rec(record_steps), hs=hs,
+        costs=make_cost_tables([p.cost for p in pools], [p.runtime for p in pools]),
         rt=_router_state(pools, h, n, w.prompt, w.ignored),
-        x=make_xfer(n if pd else 0, n_p, pools[-1].num_instances if pd else 0))
+        x=make_xfer(n if pd else 0, n_p, pools[-1].num_instances if pd else 0), fe=fe)
     return world, lay, w
 
 

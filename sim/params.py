@@ -7,12 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .state import (
+    K_ASYNC,
     K_BLOCK,
     K_CHUNKED,
     K_LONG_PREFILL,
     K_MAX_MODEL_LEN,
     K_MAX_SEQS,
     K_MAX_TOKENS,
+    K_MIXED_CHUNK,
+    K_MULTI_STEP,
+    K_NEW_TOKEN_RATIO,
     K_POLICY,
     K_PREFIX,
     K_SEQ_CAP,
@@ -29,6 +33,13 @@ class EngineParams:
 
     ``watermark`` is the fraction of blocks kept free when admitting waiting requests
     (vLLM's ``watermark``; 0 in vLLM v1 0.8-0.11, 0.01 in vLLM v0).
+
+    Runtime behaviour around the step: ``async_scheduling`` (the next step is scheduled
+    while this one runs: a request reaching the engine during step k joins step k+2 at the
+    earliest, and the step's CPU work overlaps the GPU's), ``num_scheduler_steps`` (vLLM
+    <= 0.6 multi-step: a decode-only batch runs that many steps per scheduling and its
+    tokens reach the client together), SGLang's ``enable_mixed_chunk`` and initial
+    ``new_token_ratio`` (its reservation of future decode tokens; 0 = none).
     """
 
     num_gpu_blocks: int
@@ -41,10 +52,14 @@ class EngineParams:
     long_prefill_token_threshold: int = 0
     watermark: float = 0.0
     max_model_len: int = 131072
+    async_scheduling: bool = False
+    num_scheduler_steps: int = 1
+    enable_mixed_chunk: bool = False
+    new_token_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                     "max_model_len"):
+                     "max_model_len", "num_scheduler_steps"):
             value = getattr(self, name)
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -53,6 +68,8 @@ class EngineParams:
                              f"{self.long_prefill_token_threshold!r}")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
+        if not 0.0 <= self.new_token_ratio <= 1.0:
+            raise ValueError(f"new_token_ratio must be in [0, 1], got {self.new_token_ratio!r}")
 
     @property
     def chunked(self) -> bool:
@@ -72,6 +89,10 @@ class EngineParams:
         row[K_MAX_MODEL_LEN] = self.max_model_len
         row[K_SEQ_CAP] = self.max_num_seqs
         row[K_SLOTS] = self.max_num_seqs
+        row[K_ASYNC] = int(self.async_scheduling)
+        row[K_MULTI_STEP] = self.num_scheduler_steps
+        row[K_MIXED_CHUNK] = int(self.enable_mixed_chunk)
+        row[K_NEW_TOKEN_RATIO] = round(self.new_token_ratio * 1000)
         return row
 
 

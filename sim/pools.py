@@ -37,7 +37,9 @@ class PoolSpec:
     ``cost`` is a :class:`~serveplan.estimator.oracle.CostOracle`, an
     :class:`~serveplan.sim.costs.AffineStepCost` or (decode pools) a
     :class:`~serveplan.sim.costs.FittedThroughputCost`. ``gpu`` labels the pool's
-    instances in results (default: the oracle's GPU name, if any).
+    instances in results (default: the oracle's GPU name, if any). ``runtime`` is the
+    engine's work per step besides the forward pass
+    (:class:`~serveplan.sim.runtime.StepRuntime`; default none).
     """
 
     params: object  # serveplan.sim.engine.EngineParams
@@ -45,6 +47,7 @@ class PoolSpec:
     num_instances: int = 1
     role: Role = Role.COLOCATED
     gpu: str = ""
+    runtime: object = None  # serveplan.sim.runtime.StepRuntime
 
     def __post_init__(self) -> None:
         if int(self.num_instances) != self.num_instances or self.num_instances < 1:

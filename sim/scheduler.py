@@ -33,6 +33,7 @@ from __future__ import annotations
 from ._jitcache import sim_jit
 from .kvcache import num_used
 from .state import (
+    A_CUTOFF,
     I_BATCH,
     I_NRUN,
     I_WLEN,
@@ -120,6 +121,8 @@ def schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked, who
         if inst.ist[i, I_NRUN] >= knobs[i, K_MAX_SEQS]:
             break
         r = wq_peek(inst, i)
+        if reqs.arrival[r] > inst.acc[i, A_CUTOFF]:
+            break  # reached the engine after this step was formed (async scheduling)
         n_hit = find_cached_blocks(pool, inst, reqs, knobs, glob, i, r)
         num_new = num_tokens(reqs, r) - n_hit * bs
         if chunked:

@@ -76,7 +76,10 @@ class Policy(IntEnum):
 
     VLLM_V1 = 0  # running first, then waiting; mixed prefill/decode batches
     SGLANG = 1  # prefill-only batch when prefills can be scheduled, else decode
-    PREFILL_PRIORITY = 2  # vLLM <= 0.5 / BestServe: whole prefills first, never mixed
+    PREFILL_PRIORITY = 2  # vLLM <= 0.6 (V0) / BestServe: whole prefills first, never mixed
+    # 3 is POLICY_PYTHON (a research policy filled in Python)
+    TRTLLM_NO_EVICT = 4  # TensorRT-LLM capacity scheduler GUARANTEED_NO_EVICT
+    TRTLLM_MAX_UTILIZATION = 5  # TensorRT-LLM capacity scheduler MAX_UTILIZATION
 
 
 class Router(IntEnum):
@@ -90,6 +93,8 @@ class Router(IntEnum):
 POLICY_VLLM_V1 = int(Policy.VLLM_V1)
 POLICY_SGLANG = int(Policy.SGLANG)
 POLICY_PREFILL_PRIORITY = int(Policy.PREFILL_PRIORITY)
+POLICY_TRTLLM_NO_EVICT = int(Policy.TRTLLM_NO_EVICT)
+POLICY_TRTLLM_MAX_UTILIZATION = int(Policy.TRTLLM_MAX_UTILIZATION)
 
 POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyhook)
 
@@ -97,9 +102,14 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 # (serveplan.sim.pools.Role), K_COST its row in the cost tables, K_SEQ_CAP its configured
 # max_num_seqs and K_SLOTS its sequence slots (a prefill instance has extra slots for the
 # finished prefills whose KV it holds; K_MAX_SEQS may be lowered while it holds them).
+# K_ASYNC: the engine schedules step k+1 while step k runs (vLLM's async scheduling, SGLang's
+# and TRT-LLM's overlap schedulers); K_MULTI_STEP: decode steps per scheduling (vLLM <= 0.6
+# ``num_scheduler_steps``); K_MIXED_CHUNK: SGLang ``--enable-mixed-chunk``;
+# K_NEW_TOKEN_RATIO: SGLang's initial ``new_token_ratio`` in thousandths.
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
- K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS) = range(13)
-N_KNOBS = 13
+ K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS, K_ASYNC, K_MULTI_STEP,
+ K_MIXED_CHUNK, K_NEW_TOKEN_RATIO) = range(17)
+N_KNOBS = 17
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
 # whose Python policy must fill the next batch (0: not paused).
@@ -110,9 +120,13 @@ ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
 # per-instance integer state: inst.ist[i, I_*]
 I_NRUN, I_WHEAD, I_WLEN, I_BUSY, I_BATCH, I_NSLOT, I_STEPS = range(7)
 N_IST = 7
-# per-instance float accumulators: inst.acc[i, A_*]
-A_BUSY_UNTIL, A_BUSY_TIME, A_KV_TIME, A_BATCH_TIME, A_TOKENS, A_PREFILL_TOKENS = range(6)
-N_ACC = 6
+# per-instance float accumulators: inst.acc[i, A_*]. A_LAST_START: start of the last step;
+# A_CUTOFF: requests that reached the engine after it are not seen by the step being
+# scheduled (async scheduling formed it while the previous step ran); A_NEW_TOKEN_RATIO:
+# SGLang's current (decaying) new_token_ratio.
+(A_BUSY_UNTIL, A_BUSY_TIME, A_KV_TIME, A_BATCH_TIME, A_TOKENS, A_PREFILL_TOKENS, A_LAST_START,
+ A_CUTOFF, A_NEW_TOKEN_RATIO) = range(9)
+N_ACC = 9
 
 Reqs = namedtuple("Reqs", [
     "arrival", "prompt", "output", "computed", "n_out", "status", "inst", "slot",
@@ -150,6 +164,12 @@ def make_reqs(arrival, prompt, output, hash_ids=None, hash_off=None) -> Reqs:
     )
 
 
+def _initial_acc(n_inst: int) -> np.ndarray:
+    acc = np.zeros((n_inst, N_ACC), dtype=np.float64)
+    acc[:, A_CUTOFF] = np.inf
+    return acc
+
+
 def make_inst(n_inst: int, max_num_seqs, max_blocks_per_req: int, queue_cap: int) -> Inst:
     """Per-instance state: ``max_num_seqs`` slots (an int, or one per instance) of
     ``max_blocks_per_req`` blocks each; arrays are sized for the largest instance."""
@@ -157,7 +177,7 @@ def make_inst(n_inst: int, max_num_seqs, max_blocks_per_req: int, queue_cap: int
     s, mb = int(slots.max()), int(max_blocks_per_req)
     inst = Inst(
         ist=np.zeros((n_inst, N_IST), dtype=np.int64),
-        acc=np.zeros((n_inst, N_ACC), dtype=np.float64),
+        acc=_initial_acc(n_inst),
         run=np.full((n_inst, s), -1, dtype=np.int64),
         wq=np.full((n_inst, max(int(queue_cap), 1)), -1, dtype=np.int32),
         blocks=np.full((n_inst, s, mb), -1, dtype=np.int32),

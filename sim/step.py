@@ -13,17 +13,22 @@ handler adds the router's bookkeeping first (:mod:`serveplan.sim.disagg`).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._jitcache import sim_jit, sim_jit_inline
 from .costs import step_seconds
 from .kvcache import num_used
 from .lifecycle import ROLE_COLOCATED, request_done, stage_of
 from .recorder import record_step
+from .runtime import output_delay, step_runtime
 from .scheduler import schedule
 from .state import (
     A_BATCH_TIME,
     A_BUSY_TIME,
     A_BUSY_UNTIL,
+    A_CUTOFF,
     A_KV_TIME,
+    A_LAST_START,
     A_PREFILL_TOKENS,
     A_TOKENS,
     FINISHED_STOPPED,
@@ -33,6 +38,7 @@ from .state import (
     I_NRUN,
     I_STEPS,
     I_WLEN,
+    K_ASYNC,
     K_COST,
     K_ROLE,
     PREEMPTED,
@@ -53,8 +59,11 @@ def launch(w, i, now):
         tokens += inst.b_new[i, j]
         if inst.b_new[i, j] == 1 and reqs.n_out[r] > 0 and reqs.computed[r] == num_tokens(reqs, r):
             decode_tokens += 1
-    dt = step_seconds(w.costs, w.knobs[i, K_COST], inst, i, bn, tokens)
+    c = w.knobs[i, K_COST]
+    gpu = step_seconds(w.costs, c, inst, i, bn, tokens)
+    dt = step_runtime(w.costs.rt[c], gpu, bn, tokens, w.knobs[i, K_ASYNC] != 0)
     used = num_used(w.pool, i)
+    inst.acc[i, A_LAST_START] = now
     inst.acc[i, A_BUSY_UNTIL] = now + dt
     inst.acc[i, A_BUSY_TIME] += dt
     inst.acc[i, A_KV_TIME] += used * dt
@@ -69,10 +78,30 @@ def launch(w, i, now):
 
 
 @sim_jit_inline
+def schedule_step(w, i, now):
+    """Fill instance ``i``'s batch at ``now``; returns its size.
+
+    With async scheduling, a step that starts right as the previous one ends was formed
+    while that one ran: requests that reached the engine after the previous step started
+    wait for the step after (``A_CUTOFF``). If that leaves the batch empty the engine finds
+    no work in flight and schedules again with what has arrived.
+    """
+    inst = w.inst
+    reqs = w.views[stage_of(w.knobs[i, K_ROLE])]
+    if w.knobs[i, K_ASYNC] != 0 and inst.acc[i, A_BUSY_UNTIL] == now:
+        inst.acc[i, A_CUTOFF] = inst.acc[i, A_LAST_START]
+    bn = schedule(w.pool, inst, reqs, w.knobs, w.glob, i, now)
+    if bn == 0 and inst.acc[i, A_CUTOFF] < now:
+        inst.acc[i, A_CUTOFF] = np.inf
+        bn = schedule(w.pool, inst, reqs, w.knobs, w.glob, i, now)
+    inst.acc[i, A_CUTOFF] = np.inf
+    return bn
+
+
+@sim_jit_inline
 def start_step(w, i, now):
     """Schedule and launch instance ``i``'s next step at ``now``; False if it is empty."""
-    reqs = w.views[stage_of(w.knobs[i, K_ROLE])]
-    if schedule(w.pool, w.inst, reqs, w.knobs, w.glob, i, now) == 0:
+    if schedule_step(w, i, now) == 0:
         return False
     launch(w, i, now)
     return True
@@ -98,13 +127,16 @@ def complete_step(w, i, now):
     role = w.knobs[i, K_ROLE]
     reqs = w.views[stage_of(role)]
     finished = False
-    for j in range(inst.ist[i, I_BATCH]):
+    bn = inst.ist[i, I_BATCH]
+    delay = output_delay(w.fe, bn)
+    for j in range(bn):
         r = inst.b_req[i, j]
         if reqs.computed[r] < num_tokens(reqs, r):
             continue  # a prefill chunk: no token yet
         reqs.n_out[r] += 1
         if reqs.n_out[r] == 1:
             reqs.t_first[r] = now
+            w.fe.d_first[r] = delay
             inst.load[i] -= reqs.prompt[r]
         else:
             gap = now - reqs.t_last[r]
@@ -115,6 +147,7 @@ def complete_step(w, i, now):
         if reqs.n_out[r] >= reqs.output[r]:
             reqs.status[r] = FINISHED_STOPPED
             reqs.t_finish[r] = now
+            w.fe.d_last[r] = delay
             free_request(w.pool, inst, reqs, i, r)
             if role == ROLE_COLOCATED:
                 request_done(w, r, now)
@@ -125,4 +158,4 @@ def complete_step(w, i, now):
     inst.ist[i, I_BUSY] = 0
 
 
-__all__ = ["complete_step", "drop_finished", "launch", "start_step"]
+__all__ = ["complete_step", "drop_finished", "launch", "schedule_step", "start_step"]

@@ -1,0 +1,187 @@
+"""The serving runtime around the GPU step: front end and per-step CPU work (compiled).
+
+Measured end to end, a request's time is more than its GPU steps. serveplan models the rest
+in two places:
+
+* :class:`StepRuntime` (per pool) -- what an engine step costs besides the forward pass
+  the cost oracle prices: CPU work per step (``cpu_base_s + cpu_per_request_s * requests +
+  cpu_per_token_s * tokens``: scheduling, input preparation, output processing) and a GPU
+  term per step (``gpu_extra_s``: e.g. the per-layer synchronisation of tensor-parallel
+  ranks). Without async scheduling the CPU work runs between GPU steps (``step = gpu +
+  cpu``); with it the next step's CPU work overlaps this step's GPU work (``step =
+  max(gpu, cpu)``).
+* :class:`FrontEnd` (per deployment) -- the API server: a request is tokenized and set up
+  (``request_s + prompt_token_s * prompt`` seconds, one request at a time, first come
+  first served) before the engine sees it; each step's tokens are detokenized and streamed
+  (``output_s + output_per_token_s * tokens_in_step``) before the client sees them.
+
+Times inside the loop are engine times (a request's ``arrival`` is when the engine got
+it); the front end keeps each request's client send time (``t_sent``) and the output
+delays of its first and last tokens, and the run's results report client times
+(:func:`to_client_times`): arrival = send, first/last token = engine time + that delay.
+(The largest inter-token gap stays the engine's.)
+A closed-loop client sends its next request when it has received the last token of the
+previous one; that request reaches the engine after the front end has processed it, so it
+becomes an event of its own (a FIFO of pending releases, in send order).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._jitcache import sim_jit
+
+# front-end terms: fe.terms[F_*]
+F_REQUEST, F_PROMPT_TOKEN, F_OUTPUT, F_OUTPUT_PER_TOKEN, F_ON, F_FREE_AT = range(6)
+N_F = 6
+# ring of pending closed-loop releases: fe.gi[R_*]
+R_HEAD, R_LEN = range(2)
+# per-step runtime terms: costs.rt[c, T_*]
+T_CPU_BASE, T_CPU_PER_REQUEST, T_CPU_PER_TOKEN, T_GPU_EXTRA = range(4)
+N_T = 4
+
+Front = namedtuple("Front", ["terms", "gi", "ring_r", "ring_t", "t_sent", "d_first", "d_last"])
+"""Front-end state: terms (and the time the front end is next free), the ring of pending
+closed-loop releases, each request's client send time and the output delays of its first
+and last tokens."""
+
+
+def _check_nonneg(obj) -> None:
+    for name, value in vars(obj).items():
+        if not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"{type(obj).__name__}.{name} must be a finite number >= 0, "
+                             f"got {value!r}")
+
+
+@dataclass(frozen=True)
+class StepRuntime:
+    """Per-step work besides the forward pass (seconds); see the module docstring."""
+
+    cpu_base_s: float = 0.0
+    cpu_per_request_s: float = 0.0
+    cpu_per_token_s: float = 0.0
+    gpu_extra_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_nonneg(self)
+
+    def row(self) -> np.ndarray:
+        return np.array([self.cpu_base_s, self.cpu_per_request_s, self.cpu_per_token_s,
+                         self.gpu_extra_s])
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """The API server's per-request and per-token work (seconds); see the module docstring."""
+
+    request_s: float = 0.0
+    prompt_token_s: float = 0.0
+    output_s: float = 0.0
+    output_per_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_nonneg(self)
+
+    @property
+    def active(self) -> bool:
+        return any(v > 0 for v in vars(self).values())
+
+    def engine_arrivals(self, sent: np.ndarray, prompt: np.ndarray) -> np.ndarray:
+        """When the engine gets requests sent at ``sent`` (sorted): a first-come first-served
+        server with service ``request_s + prompt_token_s * prompt``.
+
+        ``e_i = max(sent_i, e_{i-1}) + s_i``, i.e. ``e_i = S_i + max_{j<=i}(sent_j - S_{j-1})``
+        with ``S`` the running sum of service times.
+        """
+        service = self.request_s + self.prompt_token_s * np.asarray(prompt, dtype=np.float64)
+        s_cum = np.cumsum(service)
+        return s_cum + np.maximum.accumulate(np.asarray(sent, dtype=np.float64) - s_cum + service)
+
+
+def make_front(front: FrontEnd | None, n_requests: int, concurrency: int) -> Front:
+    """Front-end state for a run (inactive when ``front`` is None or all zero)."""
+    terms = np.zeros(N_F)
+    if front is not None and front.active:
+        terms[:4] = [front.request_s, front.prompt_token_s, front.output_s,
+                     front.output_per_token_s]
+        terms[F_ON] = 1.0
+    cap = max(int(concurrency), 1)
+    return Front(terms=terms, gi=np.zeros(2, dtype=np.int64),
+                 ring_r=np.zeros(cap, dtype=np.int64), ring_t=np.zeros(cap),
+                 t_sent=np.full(n_requests, np.nan), d_first=np.zeros(n_requests),
+                 d_last=np.zeros(n_requests))
+
+
+@sim_jit
+def output_delay(fe, tokens_in_step):
+    """Seconds from a step's end until its tokens reach the client."""
+    if fe.terms[F_ON] == 0.0:
+        return 0.0
+    return fe.terms[F_OUTPUT] + fe.terms[F_OUTPUT_PER_TOKEN] * tokens_in_step
+
+
+@sim_jit
+def push_release(fe, r, sent, prompt):
+    """The client sends request ``r`` at ``sent``; returns when the engine gets it (the
+    release waits in the ring until then)."""
+    t = fe.terms
+    start = sent if sent > t[F_FREE_AT] else t[F_FREE_AT]
+    at = start + t[F_REQUEST] + t[F_PROMPT_TOKEN] * prompt
+    t[F_FREE_AT] = at
+    cap = fe.ring_r.shape[0]
+    k = (fe.gi[R_HEAD] + fe.gi[R_LEN]) % cap
+    fe.ring_r[k] = r
+    fe.ring_t[k] = at
+    fe.gi[R_LEN] += 1
+    fe.t_sent[r] = sent
+    return at
+
+
+@sim_jit
+def next_release_time(fe):
+    if fe.gi[R_LEN] == 0:
+        return np.inf
+    return fe.ring_t[fe.gi[R_HEAD]]
+
+
+@sim_jit
+def pop_release(fe):
+    """The request whose release is due first (remove it from the ring)."""
+    h = fe.gi[R_HEAD]
+    r = fe.ring_r[h]
+    fe.gi[R_HEAD] = (h + 1) % fe.ring_r.shape[0]
+    fe.gi[R_LEN] -= 1
+    return r
+
+
+def to_client_times(fe: Front, views, t_finish: np.ndarray) -> None:
+    """Turn a finished run's engine times into the client's (in place)."""
+    if fe.terms[F_ON] == 0.0:
+        return
+    sent = fe.t_sent
+    for reqs in views:
+        if reqs.arrival.shape[0] != sent.shape[0]:
+            continue
+        reqs.arrival[:] = sent
+        reqs.t_first[:] += fe.d_first
+        reqs.t_last[:] += fe.d_last
+        reqs.t_finish[:] += fe.d_last
+    t_finish[:] += fe.d_last
+
+
+@sim_jit
+def step_runtime(rt_row, gpu_s, requests, tokens, overlap):
+    """Wall seconds of a step whose forward pass takes ``gpu_s``."""
+    gpu = gpu_s + rt_row[T_GPU_EXTRA]
+    cpu = rt_row[T_CPU_BASE] + rt_row[T_CPU_PER_REQUEST] * requests + \
+        rt_row[T_CPU_PER_TOKEN] * tokens
+    if overlap:
+        return gpu if gpu > cpu else cpu
+    return gpu + cpu
+
+
+__all__ = ["Front", "FrontEnd", "StepRuntime", "make_front", "next_release_time",
+           "output_delay", "pop_release", "push_release", "step_runtime", "to_client_times"]
