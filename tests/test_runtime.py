@@ -1,0 +1,124 @@
+"""The runtime around the GPU step: async scheduling, per-step CPU work, the front end.
+
+Every expected time is written out by hand from the engines' event order with affine step
+costs (known step times), so a test fails if the loop orders an event differently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serveplan.sim.costs import AffineStepCost
+from serveplan.sim.loop_api import run_pools
+from serveplan.sim.params import EngineParams
+from serveplan.sim.pools import PoolSpec
+from serveplan.sim.runtime import FrontEnd, StepRuntime
+from serveplan.sim.workload import Requests
+
+STEP = 0.010  # every step takes 10 ms
+
+
+@pytest.fixture(autouse=True)
+def _compiled(sim_compiled):
+    return sim_compiled
+
+
+def _params(**kw) -> EngineParams:
+    return EngineParams(num_gpu_blocks=1000, max_model_len=4096, **kw)
+
+
+def _run(arrival, prompt, output, *, concurrency=None, runtime=None, frontend=None, **kw):
+    req = Requests(arrival_s=np.asarray(arrival, dtype=float), prompt_len=np.asarray(prompt),
+                   output_len=np.asarray(output), concurrency=concurrency)
+    pool = PoolSpec(_params(**kw), AffineStepCost(STEP), runtime=runtime)
+    return run_pools(req, [pool], frontend=frontend).reqs
+
+
+def test_async_scheduling_lets_an_arrival_join_one_step_later():
+    """Request A (t = 0) runs alone: its prefill is the step [0, 10 ms], its decodes
+    [10, 20], [20, 30], ... Request B reaches the engine at 15 ms, during A's second step.
+
+    Synchronous scheduler: the step after the running one is formed when it ends (20 ms),
+    so B's prefill is the step [20, 30] and its TTFT is 30 - 15 = 15 ms.
+    Async scheduling (vLLM V1 ``--async-scheduling``): the step [20, 30] was formed when
+    the step [10, 20] started, at 10 ms, before B arrived; B joins the step formed at
+    20 ms, which runs [30, 40]: TTFT 40 - 15 = 25 ms, one step later."""
+    args = ([0.0, 0.015], [16, 16], [50, 2])
+    sync = _run(*args)
+    async_ = _run(*args, async_scheduling=True)
+    assert sync.t_first[1] - sync.arrival[1] == pytest.approx(0.015)
+    assert async_.t_first[1] - async_.arrival[1] == pytest.approx(0.025)
+    # A's own token times are the same: its decodes are scheduled ahead either way
+    np.testing.assert_allclose(sync.t_first[0], async_.t_first[0])
+
+
+def test_async_scheduling_on_an_idle_engine_schedules_at_once():
+    """A request that reaches an idle engine is scheduled at once, async or not: with A
+    finished at 20 ms (prefill [0, 10], one decode [10, 20]), B arriving at 0.5 s gets its
+    first token at 0.51 s."""
+    res = _run([0.0, 0.5], [16, 16], [2, 2], async_scheduling=True)
+    assert res.t_finish[0] == pytest.approx(0.020)
+    assert res.t_first[1] == pytest.approx(0.510)
+
+
+def test_step_cpu_work_adds_without_async_and_overlaps_with_it():
+    """CPU work per step 4 ms + 1 ms per request, GPU 10 ms. One request, prompt 16,
+    output 3 (three steps of one request): synchronous steps take 10 + 4 + 1 = 15 ms
+    (finish 45 ms); with async scheduling max(10, 5) = 10 ms (finish 30 ms). A GPU extra of
+    2 ms per step (e.g. tensor-parallel synchronisation) adds to the GPU side: 12 ms."""
+    rt = StepRuntime(cpu_base_s=0.004, cpu_per_request_s=0.001)
+    assert _run([0.0], [16], [3], runtime=rt).t_finish[0] == pytest.approx(0.045)
+    assert _run([0.0], [16], [3], runtime=rt, async_scheduling=True).t_finish[0] == \
+        pytest.approx(0.030)
+    rt_gpu = StepRuntime(gpu_extra_s=0.002)
+    assert _run([0.0], [16], [3], runtime=rt_gpu).t_finish[0] == pytest.approx(0.036)
+
+
+def test_front_end_serves_requests_first_come_first_served():
+    """Front end: 2 ms per request + 10 us per prompt token to set up; 3 ms + 1 ms per
+    token of the step to stream a step's tokens. Two requests of 100 prompt tokens sent at
+    t = 0: set-up takes 2 + 1 = 3 ms each, one after the other, so the engine gets them at
+    3 and 6 ms. A's prefill is the step [3, 13]; B joins the next step [13, 23] (A decodes
+    in it too). A's first token reaches the client 13 + 3 + 1 (one token in that step) =
+    17 ms after it was sent; B's 23 + 3 + 2 (two tokens in that step) = 28 ms. Both have
+    output 2: A's last token comes from the step [13, 23] (two tokens): 23 + 5 = 28 ms;
+    B's from [23, 33] (one token): 33 + 4 = 37 ms."""
+    fe = FrontEnd(request_s=0.002, prompt_token_s=1e-5, output_s=0.003, output_per_token_s=0.001)
+    res = _run([0.0, 0.0], [100, 100], [2, 2], frontend=fe)
+    np.testing.assert_allclose(res.arrival, [0.0, 0.0])
+    np.testing.assert_allclose(res.t_first, [0.017, 0.028])
+    np.testing.assert_allclose(res.t_finish, [0.028, 0.037])
+
+
+def test_closed_loop_client_sends_after_receiving_and_the_front_end_delays_it():
+    """One client (concurrency 1), two requests of prompt 100, output 2, the front end as
+    above. Request 0: sent 0, engine 3 ms, prefill [3, 13], decode [13, 23]; its last token
+    reaches the client at 23 + 3 + 1 = 27 ms, when the client sends request 1. The engine
+    gets it at 27 + 3 = 30 ms: prefill [30, 40] (first token at the client 44 ms, TTFT 17 ms),
+    decode [40, 50], finish at the client 54 ms."""
+    fe = FrontEnd(request_s=0.002, prompt_token_s=1e-5, output_s=0.003, output_per_token_s=0.001)
+    res = _run([np.nan, np.nan], [100, 100], [2, 2], concurrency=1, frontend=fe)
+    np.testing.assert_allclose(res.arrival, [0.0, 0.027])
+    np.testing.assert_allclose(res.t_first, [0.017, 0.044])
+    np.testing.assert_allclose(res.t_finish, [0.027, 0.054])
+
+
+def test_front_end_engine_arrivals_match_a_plain_fifo_recursion():
+    """The vectorised FIFO (running maximum) equals e_i = max(sent_i, e_{i-1}) + s_i."""
+    rng = np.random.default_rng(3)
+    sent = np.sort(rng.uniform(0, 1, 500))
+    prompt = rng.integers(1, 4000, 500)
+    fe = FrontEnd(request_s=0.001, prompt_token_s=2e-6)
+    e, prev = [], -np.inf
+    for t, p in zip(sent, prompt):
+        prev = max(t, prev) + 0.001 + 2e-6 * p
+        e.append(prev)
+    np.testing.assert_allclose(fe.engine_arrivals(sent, prompt), e, rtol=0, atol=1e-12)
+
+
+def test_runtime_terms_reject_negative_values():
+    with pytest.raises(ValueError, match="cpu_base_s"):
+        StepRuntime(cpu_base_s=-1.0)
+    with pytest.raises(ValueError, match="output_s"):
+        FrontEnd(output_s=float("nan"))
