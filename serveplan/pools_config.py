@@ -35,7 +35,9 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority"]
+SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
+                        "trtllm-max-utilization"]
+EngineName = Literal["vllm", "sglang", "trtllm"]
 RouterName = Literal["round-robin", "least-outstanding-tokens", "least-requests"]
 PrefillRouterName = Literal["least-loaded", "round-robin"]
 DecodeRouterName = Literal["round-robin", "least-loaded", "least-requests", "sibyl", "sibyl-p1",
@@ -74,6 +76,15 @@ class EngineConfig(_Frozen):
     watermark: float | None = Field(
         None, ge=0.0, lt=1.0, description="Fraction of blocks kept free when admitting; "
         "default 0 (vLLM v1), 0.01 for prefill-priority (vLLM v0).")
+    async_scheduling: bool | None = Field(
+        None, description="Schedule the next step while this one runs (vLLM "
+        "--async-scheduling, SGLang/TRT-LLM overlap scheduler). Default: the engine's.")
+    num_scheduler_steps: int | None = Field(
+        None, ge=1, description="vLLM <= 0.6 multi-step decoding (--num-scheduler-steps).")
+    enable_mixed_chunk: bool | None = Field(None, description="SGLang --enable-mixed-chunk.")
+    new_token_ratio: float | None = Field(
+        None, ge=0.0, le=1.0, description="SGLang's initial reservation of future decode "
+        "tokens (init_new_token_ratio); 0 = none.")
 
     @model_validator(mode="after")
     def _budget_holds_seqs(self):
@@ -98,14 +109,23 @@ class InstanceConfig(EngineConfig):
     cuda_graph: bool = True
     profile: str | None = Field(None, description="Calibration profile JSON path.")
     scheduler: SchedulerName = "vllm-v1"
+    engine: EngineName | None = Field(
+        None, description="Serving engine whose runtime to model (scheduler, knob defaults, "
+        "front end and per-step CPU terms of its shipped profile); none: the GPU steps alone.")
+    engine_version: str | None = Field(
+        None, description="Engine version (e.g. 0.19.0); default: the newest the profile knows.")
+    runtime_profile: str | None = Field(
+        None, description="Runtime profile JSON path (default: the engine's shipped profile).")
 
 
 INSTANCE_FIELDS = tuple(InstanceConfig.model_fields)
 
 
 def instance_fields(config: InstanceConfig) -> dict:
-    """The :class:`InstanceConfig` fields of ``config`` (a deployment or a pool)."""
-    return {name: getattr(config, name) for name in INSTANCE_FIELDS}
+    """The :class:`InstanceConfig` fields the user set on ``config`` (a deployment or a
+    pool): unset ones keep their defaults, so an engine's own defaults can fill them."""
+    return {name: getattr(config, name) for name in INSTANCE_FIELDS
+            if name in config.model_fields_set}
 
 
 def _error(model: str, loc: tuple, message: str, value) -> ValidationError:

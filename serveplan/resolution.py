@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.memory import default_block_size, plan_memory
 from serveplan.estimator.oracle import CostOracle
+from serveplan.estimator.runtime import EngineRuntime, engine_runtime
 from serveplan.estimator.specs import Parallelism
 from serveplan.pools_config import (
     AnyDeployment,
@@ -34,10 +36,13 @@ from serveplan.sim.costs import FittedThroughputCost
 from serveplan.sim.engine import EngineParams
 from serveplan.sim.kvlink import KVLink
 from serveplan.sim.pools import Handoff, PoolSpec, Role
+from serveplan.sim.runtime import FrontEnd, StepRuntime
 from serveplan.sim.state import Policy, Router
 
 POLICIES = {"vllm-v1": Policy.VLLM_V1, "sglang": Policy.SGLANG,
-            "prefill-priority": Policy.PREFILL_PRIORITY}
+            "prefill-priority": Policy.PREFILL_PRIORITY,
+            "trtllm-no-evict": Policy.TRTLLM_NO_EVICT,
+            "trtllm-max-utilization": Policy.TRTLLM_MAX_UTILIZATION}
 ROUTERS = {"round-robin": Router.ROUND_ROBIN,
            "least-outstanding-tokens": Router.LEAST_OUTSTANDING_TOKENS,
            "least-requests": Router.LEAST_REQUESTS}
@@ -54,12 +59,26 @@ class ResolvedDeployment:
     oracle: CostOracle
     params: EngineParams
     memory: dict | None  # the memory plan (None when num_gpu_blocks was given)
+    runtime: EngineRuntime | None = None  # the engine's runtime (None: GPU steps alone)
+
+    @property
+    def scheduler(self) -> str:
+        return _knob(self.deployment, "scheduler", self.runtime)
+
+    def step_runtime(self) -> StepRuntime | None:
+        """The per-step runtime terms of this instance type (None without an engine)."""
+        if self.runtime is None:
+            return None
+        return self.runtime.step_runtime(self.oracle.model.num_layers, self.deployment.tp)
 
     def describe(self) -> dict:
         p = self.params
         return {
             **self.oracle.describe(),
-            "scheduler": self.deployment.scheduler,
+            **(self.runtime.describe() if self.runtime is not None else {}),
+            "scheduler": self.scheduler,
+            "async_scheduling": p.async_scheduling,
+            "num_scheduler_steps": p.num_scheduler_steps,
             "num_instances": self.deployment.num_instances,
             "router": self.deployment.router,
             "max_num_seqs": p.max_num_seqs,
@@ -77,47 +96,77 @@ class ResolvedDeployment:
 
 
 def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
-               block_size: int) -> tuple[int, dict | None]:
+               block_size: int, max_num_seqs: int) -> tuple[int, dict | None]:
     """KV blocks per instance (vLLM's count, null block included) and the memory plan."""
     if d.num_gpu_blocks is not None:
         return d.num_gpu_blocks, None
     plan = plan_memory(oracle.model, oracle.gpu, Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
                        gpu_memory_utilization=d.gpu_memory_utilization,
-                       max_num_batched_tokens=mnbt, max_num_seqs=d.max_num_seqs,
+                       max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
                        max_model_len=max_len, block_size=block_size,
                        dtype=oracle.weight_dtype, kv_dtype=d.kv_dtype, profile=oracle.profile)
     plan.raise_if_unfit()
     return plan.num_gpu_blocks, plan.as_dict()
 
 
+def _engine_runtime(d: Deployment) -> EngineRuntime | None:
+    if d.engine is None:
+        return None
+    gpu = resolve_gpu(d.gpu)
+    return engine_runtime(d.engine, d.engine_version, gpu.name, gpu.memory_bytes / 2**30,
+                          d.runtime_profile)
+
+
+def _knob(d: Deployment, name: str, rt: EngineRuntime | None, fallback=None):
+    """A knob as the user set it, else the engine's default, else the config default (or
+    ``fallback`` where the config has none)."""
+    if name in d.model_fields_set or rt is None:
+        value = getattr(d, name)
+    elif name == "scheduler":
+        return rt.entry.scheduler
+    elif name in ("async_scheduling", "num_scheduler_steps"):
+        return getattr(rt.entry, name)
+    else:
+        value = rt.defaults.get(name, getattr(d, name))
+    return fallback if value is None else value
+
+
 def resolve_instance(d: Deployment) -> ResolvedDeployment:
-    """Fill vLLM's defaults and size the KV cache of one instance type.
+    """Fill the engine's defaults (vLLM's without an engine) and size the KV cache of one
+    instance type.
 
     ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
     """
+    rt = _engine_runtime(d)
+    max_num_seqs = _knob(d, "max_num_seqs", rt)
     oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp, dtype=d.dtype,
                         kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
-                        max_num_seqs=d.max_num_seqs)
+                        max_num_seqs=max_num_seqs)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
-    policy = POLICIES[d.scheduler]
-    chunked = d.enable_chunked_prefill and policy != Policy.PREFILL_PRIORITY
-    mnbt = d.max_num_batched_tokens or (8192 if chunked else max(max_len, 2048))
+    policy = POLICIES[_knob(d, "scheduler", rt)]
+    chunked = _knob(d, "enable_chunked_prefill", rt) and policy != Policy.PREFILL_PRIORITY
+    mnbt = _knob(d, "max_num_batched_tokens", rt) if chunked or "max_num_batched_tokens" in \
+        d.model_fields_set else None
+    mnbt = mnbt or (8192 if chunked else max(max_len, 2048))
     if not chunked and mnbt < max_len:
         raise ValueError(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "
             f"without chunked prefill ({d.scheduler}) a step must hold a whole prompt; raise "
             f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
-    block_size = d.block_size or default_block_size(oracle.model)
-    num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size)
-    watermark = d.watermark if d.watermark is not None else (
-        0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
+    block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
+    num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs)
+    watermark = _knob(d, "watermark", rt, 0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
     params = EngineParams(
-        num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=d.max_num_seqs,
+        num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt, block_size=block_size,
-        enable_prefix_caching=d.enable_prefix_caching, enable_chunked_prefill=chunked,
+        enable_prefix_caching=_knob(d, "enable_prefix_caching", rt),
+        enable_chunked_prefill=chunked,
         long_prefill_token_threshold=d.long_prefill_token_threshold, watermark=watermark,
-        max_model_len=max_len)
-    return ResolvedDeployment(d, oracle, params, memory)
+        max_model_len=max_len, async_scheduling=_knob(d, "async_scheduling", rt, False),
+        num_scheduler_steps=_knob(d, "num_scheduler_steps", rt, 1),
+        enable_mixed_chunk=_knob(d, "enable_mixed_chunk", rt, False),
+        new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0))
+    return ResolvedDeployment(d, oracle, params, memory, rt)
 
 
 def resolve_deployment(deployment: Deployment | PoolsDeployment | dict) -> ResolvedDeployment:
@@ -163,7 +212,9 @@ class ResolvedPool:
         return str(self.oracle.describe()["gpu"])
 
     def spec(self) -> PoolSpec:
-        return PoolSpec(self.params, self.cost, self.config.count, self.role, self.gpu_name)
+        runtime = self.instance.step_runtime() if self.cost is self.oracle else None
+        return PoolSpec(self.params, self.cost, self.config.count, self.role, self.gpu_name,
+                        runtime)
 
 
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost) -> ResolvedPool:
@@ -208,6 +259,11 @@ class ResolvedServing:
     def pool_specs(self) -> list[PoolSpec]:
         """The simulator's pools (:class:`serveplan.sim.pools.PoolSpec`), in role order."""
         return [p.spec() for p in self.pools]
+
+    def front_end(self) -> FrontEnd | None:
+        """The API server in front of the entry pool (None without an engine)."""
+        rt = self.pools[0].instance.runtime
+        return rt.front_end() if rt is not None else None
 
     def handoff(self, router: str | None = None) -> Handoff | None:
         """How requests cross from prefill to decode (None when colocated); ``router``

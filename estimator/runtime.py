@@ -1,0 +1,196 @@
+"""Engine runtime profiles: each engine's scheduler, defaults and runtime terms, by version.
+
+The cost oracle prices a GPU step; a serving engine adds its own runtime around it -- the
+API server, the CPU work of each step, how it overlaps the two, its scheduler and its
+default knobs, all of which change from version to version. A :class:`RuntimeProfile`
+holds that for one engine (``data/runtime/<engine>.json``):
+
+* ``versions`` -- version ranges, newest first, each with the scheduler the engine runs,
+  whether it schedules asynchronously (overlaps CPU work and the next step's scheduling
+  with the running step), multi-step decoding, and its knob defaults (by GPU memory class
+  where the engine's defaults depend on it);
+* ``terms`` -- the runtime terms (:class:`RuntimeTerms`), fitted from end-to-end runs
+  (``provenance`` says which) by :mod:`serveplan.estimator.runtime_fit`.
+
+:func:`engine_runtime` picks the version entry and returns what a deployment needs:
+:class:`EngineRuntime` (knob defaults, the per-pool
+:class:`~serveplan.sim.runtime.StepRuntime` and the deployment's
+:class:`~serveplan.sim.runtime.FrontEnd`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from serveplan.sim.runtime import FrontEnd, StepRuntime
+
+from .specs import SpecError
+
+ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
+                        "trtllm-max-utilization"]
+
+
+class RuntimeTerms(BaseModel):
+    """Seconds the runtime adds around the GPU step (see :mod:`serveplan.sim.runtime`).
+
+    ``tp_sync_per_layer_s`` is charged once per layer per step on instances with
+    tensor-parallel size > 1 (rank synchronisation and collective launch beyond the
+    all-reduce's transfer time).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    frontend_request_s: float = Field(0.0, ge=0)
+    frontend_prompt_token_s: float = Field(0.0, ge=0)
+    frontend_output_s: float = Field(0.0, ge=0)
+    frontend_output_per_token_s: float = Field(0.0, ge=0)
+    step_cpu_s: float = Field(0.0, ge=0)
+    step_cpu_per_request_s: float = Field(0.0, ge=0)
+    step_cpu_per_token_s: float = Field(0.0, ge=0)
+    tp_sync_per_layer_s: float = Field(0.0, ge=0)
+
+    def front_end(self) -> FrontEnd:
+        return FrontEnd(self.frontend_request_s, self.frontend_prompt_token_s,
+                        self.frontend_output_s, self.frontend_output_per_token_s)
+
+    def step_runtime(self, num_layers: int, tp: int) -> StepRuntime:
+        sync = self.tp_sync_per_layer_s * num_layers if tp > 1 else 0.0
+        return StepRuntime(self.step_cpu_s, self.step_cpu_per_request_s,
+                           self.step_cpu_per_token_s, sync)
+
+
+class KnobDefaults(BaseModel):
+    """An engine's own defaults for the knobs serveplan models (None: not set)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    watermark: float | None = Field(None, ge=0, lt=1)
+    block_size: int | None = Field(None, ge=1)
+    new_token_ratio: float | None = Field(None, ge=0, le=1)
+    enable_mixed_chunk: bool | None = None
+
+
+class VersionEntry(BaseModel):
+    """One version range of an engine (``min`` inclusive, ``max`` exclusive)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min: str = "0"
+    max: str | None = None
+    label: str
+    scheduler: SchedulerName
+    async_scheduling: bool = False
+    num_scheduler_steps: int = Field(1, ge=1)
+    defaults: KnobDefaults = KnobDefaults()
+    large_gpu_defaults: KnobDefaults | None = Field(
+        None, description="overrides on GPUs with >= large_gpu_min_gib of memory")
+    large_gpu_min_gib: float = 70.0
+    large_gpu_excludes: tuple[str, ...] = ()
+    source: str = ""
+
+    def contains(self, version: tuple[int, ...]) -> bool:
+        lo = parse_version(self.min)
+        return lo <= version and (self.max is None or version < parse_version(self.max))
+
+
+class RuntimeProfile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: Literal["vllm", "sglang", "trtllm"]
+    versions: tuple[VersionEntry, ...]
+    terms: RuntimeTerms = RuntimeTerms()
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+    def entry(self, version: str | None) -> VersionEntry:
+        """The version entry for ``version`` (None: the newest)."""
+        if version is None:
+            return self.versions[0]
+        v = parse_version(version)
+        for e in self.versions:
+            if e.contains(v):
+                return e
+        known = ", ".join(f"[{e.min}, {e.max or '...'})" for e in self.versions)
+        raise SpecError(f"{self.engine} version {version!r} is outside the versions this "
+                        f"profile knows ({known})")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"0.19.0"``, ``"1.2.0rc6.post2"`` -> ``(0, 19, 0)``, ``(1, 2, 0)``: the release
+    numbers (pre-release and local parts are ignored)."""
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(text))
+    if not m:
+        raise SpecError(f"cannot read an engine version from {text!r} (expected e.g. 0.19.0)")
+    return tuple(int(x) for x in m.group(1).split("."))
+
+
+def load_runtime_profile(engine: str, path: str | Path | None = None) -> RuntimeProfile:
+    """The shipped profile of ``engine`` (or the JSON at ``path``)."""
+    if engine not in ENGINE_NAMES and path is None:
+        raise SpecError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
+    try:
+        if path is not None:
+            text = Path(path).read_text()
+        else:
+            text = resources.files("serveplan.estimator").joinpath(
+                "data", "runtime", f"{engine}.json").read_text()
+        return RuntimeProfile.model_validate(json.loads(text))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpecError(f"cannot read the runtime profile of {engine}: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        raise SpecError(f"runtime profile of {engine}: {loc}: {first.get('msg')}") from None
+
+
+@dataclass(frozen=True)
+class EngineRuntime:
+    """What a deployment takes from its engine's profile (see :func:`engine_runtime`)."""
+
+    engine: str
+    version: str
+    entry: VersionEntry
+    defaults: dict = field(default_factory=dict)
+    terms: RuntimeTerms = RuntimeTerms()
+
+    def step_runtime(self, num_layers: int, tp: int) -> StepRuntime:
+        return self.terms.step_runtime(num_layers, tp)
+
+    def front_end(self) -> FrontEnd:
+        return self.terms.front_end()
+
+    def describe(self) -> dict:
+        return {"engine": self.engine, "engine_version": self.version,
+                "engine_profile": self.entry.label, "scheduler": self.entry.scheduler,
+                "async_scheduling": self.entry.async_scheduling,
+                "num_scheduler_steps": self.entry.num_scheduler_steps,
+                "runtime_terms": self.terms.model_dump()}
+
+
+def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib: float,
+                   profile_path: str | Path | None = None) -> EngineRuntime:
+    """The version entry of ``engine`` for ``version`` on a GPU (name, memory): knob
+    defaults with the engine's GPU-class rule applied, and the runtime terms."""
+    prof = load_runtime_profile(engine, profile_path)
+    entry = prof.entry(version)
+    defaults = entry.defaults.model_dump(exclude_none=True)
+    large = entry.large_gpu_defaults
+    if large is not None and gpu_mem_gib >= entry.large_gpu_min_gib and not any(
+            x in gpu_name.lower() for x in entry.large_gpu_excludes):
+        defaults.update(large.model_dump(exclude_none=True))
+    return EngineRuntime(engine, version or f"{entry.min}+", entry, defaults, prof.terms)
+
+
+__all__ = ["ENGINE_NAMES", "EngineRuntime", "KnobDefaults", "RuntimeProfile", "RuntimeTerms",
+           "VersionEntry", "engine_runtime", "load_runtime_profile", "parse_version"]
