@@ -15,7 +15,7 @@ of what was resolved (:meth:`~ResolvedServing.describe`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.memory import default_block_size, plan_memory
@@ -211,9 +211,23 @@ class ResolvedPool:
     def gpu_name(self) -> str:
         return str(self.oracle.describe()["gpu"])
 
+    @property
+    def virtual_engines(self) -> int:
+        """Micro-batches one instance keeps in flight: its pipeline stages."""
+        return self.config.pp
+
     def spec(self) -> PoolSpec:
+        """The pool as the simulator runs it. An instance with ``pp`` pipeline stages keeps
+        ``pp`` micro-batches in flight: it runs as ``pp`` virtual engines (as vLLM's
+        pipeline-parallel scheduler: one scheduler per virtual engine, each with
+        ``num_gpu_blocks // pp`` of the KV blocks and its own ``max_num_seqs``), each step
+        priced at the whole pipeline's latency by the oracle -- so throughput grows with
+        ``pp`` while a request's step time does not shrink."""
         runtime = self.instance.step_runtime() if self.cost is self.oracle else None
-        return PoolSpec(self.params, self.cost, self.config.count, self.role, self.gpu_name,
+        params, pp = self.params, self.virtual_engines
+        if pp > 1:
+            params = replace(params, num_gpu_blocks=max(params.num_gpu_blocks // pp, 1))
+        return PoolSpec(params, self.cost, self.config.count * pp, self.role, self.gpu_name,
                         runtime)
 
 
