@@ -148,10 +148,11 @@ def resolve_instance(d: Deployment) -> ResolvedDeployment:
     mnbt = _knob(d, "max_num_batched_tokens", rt) if chunked or "max_num_batched_tokens" in \
         d.model_fields_set else None
     mnbt = mnbt or (8192 if chunked else max(max_len, 2048))
-    if not chunked and mnbt < max_len:
+    scheduler = _knob(d, "scheduler", rt)
+    if not chunked and mnbt < max_len and not scheduler.startswith("trtllm"):  # vLLM only
         raise ValueError(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "
-            f"without chunked prefill ({d.scheduler}) a step must hold a whole prompt; raise "
+            f"without chunked prefill ({scheduler}) a step must hold a whole prompt; raise "
             f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
     block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
     num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs)

@@ -118,6 +118,10 @@ def check_capacity(prompt, output, ignored, params: EngineParams) -> int:
             f"{output[worst]} output tokens, block_size={params.block_size}) but the instance "
             f"has num_gpu_blocks={params.num_gpu_blocks}; lower max_model_len or add KV memory")
     if not params.chunked:
+        # a whole prompt -- or, where preemption recomputes, prompt and output so far; TRT-LLM
+        # never recomputes (no-evict never preempts; max-utilization pauses keeping the KV)
+        trtllm = params.policy in (Policy.TRTLLM_NO_EVICT, Policy.TRTLLM_MAX_UTILIZATION)
+        peak = prompt if trtllm else peak
         longest = int(np.argmax(np.where(live, peak, 0)))
         if peak[longest] > params.max_num_batched_tokens:
             raise ValueError(

@@ -1,0 +1,202 @@
+"""End-to-end accuracy: serveplan against 3,337 measured deployments (B200 ... GB300).
+
+For every row of ``../shared/data/e2e/aic_silicon_blackwell`` serveplan can express, the
+same closed-loop load is simulated three ways: (a) the GPU steps alone (no engine runtime),
+(b) the engine's runtime with unfitted terms (its scheduler, async scheduling, defaults),
+(c) with runtime terms fitted leave-one-model-out (each model predicted by terms fitted on
+the other models of the same engine). The shipped profile's terms are then fitted on all
+rows of an engine that has rows of two or more models (``--write-profiles``).
+
+Writes ``bench/results/accuracy_e2e.md`` and ``.json``.
+Usage: ``python bench/accuracy_e2e.py [--data DIR] [--fit-rounds 4] [--write-profiles]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from serveplan.e2e import expressible, load_rows, resolve_row, simulate_row, with_terms
+from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
+from serveplan.estimator.runtime_fit import fit_terms
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
+PROFILES = HERE.parent / "estimator" / "data" / "runtime"
+
+
+def predict_all(rows, resolved, terms=None, rounds=20) -> np.ndarray:
+    out = np.zeros((len(rows), 2))
+    for k, (row, res) in enumerate(zip(rows, resolved, strict=True)):
+        res = with_terms(res, terms) if terms is not None else res
+        out[k] = simulate_row(row, resolved=res, measured_rounds=rounds)
+    return out
+
+
+def fit_on(rows, resolved, rounds) -> tuple[RuntimeTerms, dict]:
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    tp = np.array([r.tp for r in rows])
+    fit = fit_terms(lambda t: predict_all(rows, resolved, t, rounds), meas, tp)
+    return fit.terms, fit.summary()
+
+
+def lomo(rows, resolved, rounds):
+    """Leave-one-model-out predictions per engine; engines with one model are not fitted."""
+    pred = np.full((len(rows), 2), np.nan)
+    folds, full = [], {}
+    by_engine = defaultdict(list)
+    for k, r in enumerate(rows):
+        by_engine[r.engine].append(k)
+    for engine, idx in by_engine.items():
+        models = sorted({rows[k].model for k in idx})
+        if len(models) < 2:
+            full[engine] = {"fitted": False, "reason": f"one model only ({models[0]}): "
+                            "a leave-one-model-out check is impossible"}
+            continue
+        for m in models:
+            train = [k for k in idx if rows[k].model != m]
+            test = [k for k in idx if rows[k].model == m]
+            terms, summ = fit_on([rows[k] for k in train], [resolved[k] for k in train], rounds)
+            pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test], terms)
+            folds.append({"engine": engine, "held_out": m, **summ})
+        terms, summ = fit_on([rows[k] for k in idx], [resolved[k] for k in idx], rounds)
+        full[engine] = {"fitted": True, "terms": terms, **summ}
+    return pred, folds, full
+
+
+def _err(pred, meas):
+    return pred / meas - 1.0
+
+
+def group_table(rows, preds: dict[str, np.ndarray]) -> list[dict]:
+    groups = defaultdict(list)
+    for k, r in enumerate(rows):
+        groups[(r.engine, r.model, r.system, r.mode)].append(k)
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    table = []
+    for key, idx in sorted(groups.items()):
+        entry = {"engine": key[0], "model": key[1], "system": key[2], "mode": key[3],
+                 "rows": len(idx)}
+        for name, p in preds.items():
+            e = _err(p[idx], meas[idx])
+            ok = np.isfinite(e).all(axis=1)
+            if not ok.any():
+                continue
+            e = e[ok]
+            entry[name] = {"ttft_med_abs": float(np.median(np.abs(e[:, 0]))),
+                           "ttft_bias": float(np.median(e[:, 0])),
+                           "tpot_med_abs": float(np.median(np.abs(e[:, 1]))),
+                           "tpot_bias": float(np.median(e[:, 1]))}
+        table.append(entry)
+    return table
+
+
+def osl_slopes(rows, preds) -> list[dict]:
+    """TTFT change from osl 1024 to 8192 at fixed engine, model, tp, isl and concurrency."""
+    index = {(r.engine, r.model, r.tp, r.isl, r.concurrency, r.osl): k for k, r in
+             enumerate(rows)}
+    out = []
+    for (e, m, tp, isl, c, osl), k in index.items():
+        k2 = index.get((e, m, tp, isl, c, 8192))
+        if osl != 1024 or k2 is None:
+            continue
+        row = {"engine": e, "model": m, "tp": tp, "isl": isl, "concurrency": c,
+               "measured": rows[k2].ttft_ms - rows[k].ttft_ms}
+        for name, p in preds.items():
+            row[name] = float(p[k2, 0] - p[k, 0])
+        out.append(row)
+    return out
+
+
+def best_tp(rows, preds) -> dict:
+    """Per (engine, model, isl, osl, concurrency): is the TP with the highest output tokens/s
+    per GPU (closed loop: c * osl / (TTFT + (osl - 1) TPOT) / tp) the measured best?"""
+    groups = defaultdict(list)
+    for k, r in enumerate(rows):
+        groups[(r.engine, r.model, r.isl, r.osl, r.concurrency)].append(k)
+
+    def per_gpu(k, ttft, tpot):
+        r = rows[k]
+        return r.concurrency * r.osl / ((ttft + (r.osl - 1) * tpot) / 1e3) / (r.tp * r.pp)
+
+    result = {}
+    for name, p in preds.items():
+        agree = total = 0
+        for idx in groups.values():
+            if len({rows[k].tp for k in idx}) < 2 or not np.isfinite(p[idx]).all():
+                continue
+            meas_best = max(idx, key=lambda k: per_gpu(k, rows[k].ttft_ms, rows[k].tpot_ms))
+            pred_best = max(idx, key=lambda k: per_gpu(k, *p[k]))
+            agree += rows[meas_best].tp == rows[pred_best].tp
+            total += 1
+        result[name] = {"agree": agree, "groups": total}
+    return result
+
+
+def write_profiles(full: dict, stamp: str) -> None:
+    for engine, info in full.items():
+        path = PROFILES / f"{engine}.json"
+        prof = json.loads(path.read_text())
+        if info.get("fitted"):
+            prof["terms"] = info["terms"].model_dump()
+            prof["provenance"] = {
+                "terms": "fitted by bench/accuracy_e2e.py (serveplan.estimator.runtime_fit) on "
+                         "the expressible rows of e2e/aic_silicon_blackwell for this engine, "
+                         "validated leave-one-model-out (bench/results/accuracy_e2e.md)",
+                "date": stamp, "median_abs_err_before": info["median_abs_err_before"],
+                "median_abs_err_after": info["median_abs_err_after"]}
+        else:
+            prof["terms"] = {}
+            prof["provenance"] = {"terms": f"not fitted: {info['reason']}", "date": stamp}
+        path.write_text(json.dumps(prof, indent=2) + "\n")
+        load_runtime_profile(engine)  # still valid
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--fit-rounds", type=int, default=4,
+                    help="measured rounds per client in the fitting runs (report: 20)")
+    ap.add_argument("--write-profiles", action="store_true")
+    args = ap.parse_args()
+    t0 = time.time()
+    rows = load_rows(args.data / "silicon_blackwell.csv")
+    reasons = Counter(expressible(r, args.data) or "expressible" for r in rows)
+    ok = [r for r in rows if expressible(r, args.data) is None]
+    resolved = [resolve_row(r, args.data) for r in ok]
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
+    gpu_only = np.array([simulate_row(r, args.data, engine=False) for r in ok])
+    unfitted = predict_all(ok, resolved, RuntimeTerms())
+    fitted, folds, full = lomo(ok, resolved, args.fit_rounds)
+    preds = {"gpu_only": gpu_only, "engine_unfitted": unfitted, "engine_fitted_lomo": fitted}
+    stamp = time.strftime("%Y-%m-%d")
+    if args.write_profiles:
+        write_profiles(full, stamp)
+    report = {
+        "command": "python bench/accuracy_e2e.py" + (" --write-profiles" if
+                                                     args.write_profiles else ""),
+        "date": stamp, "seconds": round(time.time() - t0, 1),
+        "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
+        "groups": group_table(ok, preds), "osl_slopes": osl_slopes(ok, preds),
+        "best_tp": best_tp(ok, preds), "folds": folds,
+        "profiles": {e: {k: (v.model_dump() if isinstance(v, RuntimeTerms) else v)
+                         for k, v in info.items()} for e, info in full.items()},
+        "overall": {name: {"ttft_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 0]))),
+                           "tpot_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 1])))}
+                    for name, p in preds.items()},
+    }
+    out = HERE / "results" / "accuracy_e2e.json"
+    out.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    from accuracy_e2e_report import write_markdown
+
+    write_markdown(report, HERE / "results" / "accuracy_e2e.md")
+    print(f"wrote {out} ({report['seconds']} s)")
+
+
+if __name__ == "__main__":
+    main()

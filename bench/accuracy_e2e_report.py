@@ -1,0 +1,113 @@
+"""Markdown for ``bench/results/accuracy_e2e.md`` (from the JSON of bench/accuracy_e2e.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NAMES = {"gpu_only": "(a) GPU steps only", "engine_unfitted": "(b) engine runtime, unfitted",
+         "engine_fitted_lomo": "(c) engine runtime, fitted LOMO"}
+
+
+def _pct(x) -> str:
+    return f"{100 * x:+.1f}" if x is not None else "-"
+
+
+def _abs(x) -> str:
+    return f"{100 * x:.1f}" if x is not None else "-"
+
+
+def _group_rows(report) -> list[str]:
+    lines = ["| engine | model | system | rows | setting | TTFT med abs % | TTFT bias % | "
+             "TPOT med abs % | TPOT bias % |", "|---|---|---|---|---|---|---|---|---|"]
+    for g in report["groups"]:
+        for key, label in NAMES.items():
+            e = g.get(key)
+            if e is None:
+                continue
+            lines.append(f"| {g['engine']} | {g['model']} | {g['system']} | {g['rows']} | "
+                         f"{label} | {_abs(e['ttft_med_abs'])} | {_pct(e['ttft_bias'])} | "
+                         f"{_abs(e['tpot_med_abs'])} | {_pct(e['tpot_bias'])} |")
+    return lines
+
+
+def _targets(report) -> list[str]:
+    lines = ["| setting | TTFT median abs % (target <= 15) | TPOT median abs % (target <= 10) |",
+             "|---|---|---|"]
+    for key, label in NAMES.items():
+        o = report["overall"][key]
+        lines.append(f"| {label} | {_abs(o['ttft_med_abs'])} | {_abs(o['tpot_med_abs'])} |")
+    return lines
+
+
+def _profiles(report) -> list[str]:
+    lines = []
+    for engine, info in report["profiles"].items():
+        if not info.get("fitted"):
+            lines.append(f"- {engine}: not fitted -- {info['reason']}")
+            continue
+        terms = ", ".join(f"{k} = {v:.3g}" for k, v in info["terms"].items() if v)
+        lines.append(f"- {engine}: {terms or 'all terms 0'} (in-sample median abs error "
+                     f"TTFT/TPOT {_abs(info['median_abs_err_before'][0])}/"
+                     f"{_abs(info['median_abs_err_before'][1])} % -> "
+                     f"{_abs(info['median_abs_err_after'][0])}/"
+                     f"{_abs(info['median_abs_err_after'][1])} %); not identified: "
+                     f"{info['skipped'] or 'none'}")
+    for f in report["folds"]:
+        lines.append(f"  - fold {f['engine']}, held out {f['held_out']}: fitted "
+                     f"{f['fitted']} -> training-set median abs TTFT/TPOT "
+                     f"{_abs(f['median_abs_err_after'][0])}/{_abs(f['median_abs_err_after'][1])} %")
+    return lines
+
+
+def _slopes(report) -> list[str]:
+    lines = ["| engine | model | tp | isl | concurrency | measured ms | (a) | (b) | (c) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in report["osl_slopes"]:
+        lines.append(f"| {s['engine']} | {s['model']} | {s['tp']} | {s['isl']} | "
+                     f"{s['concurrency']} | {s['measured']:.0f} | {s['gpu_only']:.0f} | "
+                     f"{s['engine_unfitted']:.0f} | {s['engine_fitted_lomo']:.0f} |")
+    return lines
+
+
+def write_markdown(report: dict, path: Path) -> None:
+    cov = report["coverage"]
+    reasons = "\n".join(f"- {n:,} rows: {r}" for r, n in sorted(
+        cov["reasons"].items(), key=lambda kv: -kv[1]))
+    best = "\n".join(f"- {NAMES[k]}: {v['agree']} of {v['groups']} groups" for k, v in
+                     report["best_tp"].items())
+    text = f"""# End-to-end accuracy against measured deployments
+
+Command: `{report['command']}` ({report['date']}, {report['seconds']} s). Data:
+`e2e/aic_silicon_blackwell` (aiperf closed loop, medians; see its SOURCE.md). Error =
+predicted / measured - 1. Settings: {'; '.join(NAMES.values())} (each model predicted by
+terms fitted on the engine's other models).
+
+## Coverage
+
+{cov['expressible']:,} of {cov['rows']:,} rows can be expressed:
+
+{reasons}
+
+## Overall (expressible rows)
+
+{chr(10).join(_targets(report))}
+
+## Per engine x model x system x mode
+
+{chr(10).join(_group_rows(report))}
+
+## Runtime terms fitted
+
+{chr(10).join(_profiles(report))}
+
+## TTFT rise from osl 1024 to 8192 at fixed concurrency
+
+A closed-loop client waits for its previous request, so TTFT depends on the output length.
+
+{chr(10).join(_slopes(report))}
+
+## Does the best tensor-parallel size per GPU match the measured best?
+
+{best}
+"""
+    path.write_text(text)
