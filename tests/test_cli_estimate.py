@@ -76,3 +76,83 @@ def test_profile_file_errors_name_the_field(tmp_path):
     bad.write_text(json.dumps({"kernel_fixed_s": -1}))
     r = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--profile", str(bad))
     assert r.exit_code == 1 and "kernel_fixed_s" in r.output
+
+
+# ------------------------------------------------------------ the new-user issue, one by one
+def one_error_line(r, needle):
+    assert r.exit_code == 1, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    assert needle in lines[0] and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("inf", "kv_cache_memory_bytes must be a finite number of bytes > 0, got inf"),
+    ("nan", "kv_cache_memory_bytes must be a finite number"),
+    ("0", "kv_cache_memory_bytes must be a finite number of bytes > 0, got 0.0"),
+    ("1e30", "more than h100 has"),
+])
+def test_memory_kv_cache_memory_values(value, needle):
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-memory", value)
+    one_error_line(r, needle)
+    assert "short by -" not in r.output
+
+
+def test_memory_block_size_not_in_vllms_set():
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--block-size", "7")
+    one_error_line(r, "block_size must be one of vLLM's (1, 8, 16, 32, 64, 128, 256), got 7")
+
+
+def test_memory_num_gpu_blocks_override_is_reported_as_given():
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100",
+            "--num-gpu-blocks-override", "2", "--max-model-len", "16", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["num_gpu_blocks"] == 2 and out["kv_tokens"] == 16
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100",
+            "--num-gpu-blocks-override", "2", "--max-model-len", "16")
+    assert "2 blocks = 16 usable tokens" in " ".join(r.output.split())
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100",
+            "--num-gpu-blocks-override", "2")
+    one_error_line(r, "num_gpu_blocks=2 leaves 1 usable (one is vLLM's null block)")
+
+
+def test_estimate_refuses_a_prompt_beyond_the_models_positions(oracle_8b):
+    r = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--phase", "prefill",
+            "--input-len", "1000000")
+    one_error_line(r, "exceeds llama-3.1-8b's max_position_embeddings=131,072")
+    r = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--context-len", "131072")
+    one_error_line(r, "131,073 tokens per request exceeds")
+
+
+def test_estimate_warns_and_flags_a_batch_beyond_the_kv_cache(oracle_8b):
+    # 4096 requests × ceil((8192 + 1) / 16) = 513 blocks = 2,101,248 blocks; vLLM's plan on
+    # one H100 holds 28,514 usable blocks (test_engine_memory.test_vllm_budget_by_hand)
+    r = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "4096",
+            "--context-len", "8192", "--json")
+    assert r.exit_code == 0, r.output
+    assert "warning: this step does not fit in memory" in r.stderr
+    out = json.loads(r.stdout)
+    assert out["fits_in_memory"] is False
+    assert out["kv_cache"]["blocks_needed"] == 4096 * 513
+    assert out["kv_cache"]["blocks_available"] == 28_514
+    r = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "64",
+            "--context-len", "2048", "--json")
+    assert json.loads(r.stdout)["fits_in_memory"] is True and not r.stderr
+
+
+def test_memory_engine_option_follows_each_engines_rule():
+    # hand arithmetic in tests/test_engine_memory.py: SGLang 445,938 tokens, TensorRT-LLM
+    # 14,667 blocks of 32
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang",
+            "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["kv_tokens"] == 445_938
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", "trtllm",
+            "--free-gpu-memory-fraction", "0.9", "--json")
+    out = json.loads(r.stdout)
+    assert out["num_gpu_blocks"] == 14_667 and out["block_size"] == 32
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang")
+    assert r.exit_code == 0 and "mem_fraction_static 0.874" in r.output
+    r = run("memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang",
+            "--gpu-memory-utilization", "0.8")
+    one_error_line(r, "gpu_memory_utilization is a vllm setting")

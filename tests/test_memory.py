@@ -12,7 +12,7 @@ from serveplan.estimator.memory import (
     kv_bytes_per_token_layer,
     plan_memory,
 )
-from serveplan.estimator.specs import Parallelism
+from serveplan.estimator.specs import Parallelism, SpecError
 
 KIB = 1024
 
@@ -98,3 +98,51 @@ def test_pipeline_split_takes_worst_rank():
     two = plan_memory("llama-3.1-70b", "h100", Parallelism(tp=2, pp=2))
     assert two.weights_bytes < one.weights_bytes * 0.6
     assert two.kv_bytes_per_token == one.kv_bytes_per_token / 2
+
+
+# ------------------------------------------------------------ bad knob values (issue list)
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0.0, -1.0])
+def test_kv_cache_memory_must_be_finite_and_positive(value):
+    with pytest.raises(SpecError, match="kv_cache_memory_bytes must be a finite number"):
+        plan_memory("llama-3.1-8b", "h100", kv_cache_memory_bytes=value)
+
+
+def test_kv_cache_memory_beyond_the_device_is_refused():
+    with pytest.raises(SpecError, match="more than h100 has"):
+        plan_memory("llama-3.1-8b", "h100", kv_cache_memory_bytes=1e30)
+
+
+def test_kv_cache_memory_that_leaves_no_room_for_weights_is_short_by_the_excess():
+    # 70e9 + 16,060,522,496 weights + 838,860,800 activation + 268,435,456 other
+    # − 85,520,809,984 device bytes = 1,647,008,768 bytes short
+    plan = plan_memory("llama-3.1-8b", "h100", kv_cache_memory_bytes=70e9)
+    assert not plan.fits
+    assert plan.short_by_bytes == pytest.approx(1_647_008_768)
+    assert "short by 1.53 GiB" in plan.reason
+
+
+@pytest.mark.parametrize("gib", [0.001, 1, 10, 40, 60])
+def test_short_by_is_never_negative(gib):
+    plan = plan_memory("llama-3.1-8b", "h100", kv_cache_memory_bytes=gib * GIB)
+    assert plan.short_by_bytes >= 0 and (plan.fits == (plan.short_by_bytes == 0))
+
+
+@pytest.mark.parametrize("bs", [0, 7, 12, 48, 512])
+def test_block_size_outside_vllms_set_is_refused(bs):
+    with pytest.raises(SpecError, match=r"one of vLLM's \(1, 8, 16, 32, 64, 128, 256\)"):
+        plan_memory("llama-3.1-8b", "h100", block_size=bs)
+
+
+def test_num_gpu_blocks_override_counts_the_null_block():
+    plan = plan_memory("llama-3.1-8b", "h100", num_gpu_blocks_override=2)
+    assert plan.num_gpu_blocks == 2 and plan.kv_tokens == 16  # 2 blocks, 1 usable
+    assert not plan.fits and "num_gpu_blocks=2 leaves 1 usable" in plan.reason
+    assert plan_memory("llama-3.1-8b", "h100", num_gpu_blocks_override=2,
+                       max_model_len=16).fits
+
+
+def test_num_gpu_blocks_override_beyond_memory_is_short():
+    # 100,000 blocks × 65,536 bytes × 32 layers = 209,715,200,000 bytes of KV per GPU
+    plan = plan_memory("llama-3.1-8b", "h100", num_gpu_blocks_override=100_000)
+    assert not plan.fits
+    assert plan.short_by_bytes == pytest.approx(209_715_200_000 - plan.available_kv_bytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from rich.table import Table
 
 from serveplan.commands.app import app
 from serveplan.errors import UserError, report_errors
-from serveplan.estimator.memory import GIB, MemoryPlan, plan_memory
+from serveplan.estimator.engine_memory import ENGINE_RULES, ENGINES, plan_engine_memory
+from serveplan.estimator.memory import GIB, BatchFit, MemoryPlan, batch_kv_fit, plan_memory
 from serveplan.estimator.oracle import CostOracle, check_dtype_supported
 from serveplan.estimator.profile import load_profile
 from serveplan.estimator.specs import Parallelism
@@ -50,12 +52,8 @@ def _ms(x: float) -> str:
 @app.command()
 @report_errors
 def estimate(
-    model: str = ModelOpt,
-    gpu: str = GpuOpt,
-    tp: int = TpOpt,
-    pp: int = PpOpt,
-    ep: int = EpOpt,
-    dp: int = DpOpt,
+    model: str = ModelOpt, gpu: str = GpuOpt, tp: int = TpOpt, pp: int = PpOpt,
+    ep: int = EpOpt, dp: int = DpOpt,
     phase: Phase = typer.Option(Phase.decode, "--phase", help="prefill or decode step."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Requests in the step."),
     input_len: int = typer.Option(
@@ -70,18 +68,29 @@ def estimate(
     profile: Path | None = ProfileOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Time of one engine step: per-module dispatch, compute and communication."""
+    """Time of one engine step: per-module dispatch, compute and communication.
+
+    Requests longer than the model's max_position_embeddings are refused. When the batch's
+    KV cache (block-rounded, vLLM's rule at its defaults) does not fit on the deployment, a
+    warning line goes to stderr and --json carries "fits_in_memory": false; the step time
+    is still printed (a roofline what-if).
+    """
     oracle = _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile)
     if phase is Phase.decode and input_len != 1:
         raise UserError("--input-len applies to --phase prefill; a decode step adds 1 token")
+    new = input_len if phase is Phase.prefill else 1
+    _check_positions(oracle, context_len, new, phase)
+    kv = _batch_memory(oracle, batch, context_len + new)
     bd = oracle.breakdown(phase=phase.value, batch_size=batch, input_len=input_len,
                           context=context_len)
-    tokens = batch * (input_len if phase is Phase.prefill else 1)
+    tokens = batch * new
     if as_json:
         out = bd.as_dict()
         out["config"] = oracle.describe()
         out["tokens"] = tokens
         out["tokens_per_s"] = tokens / bd.time_s
+        out["fits_in_memory"] = kv.fits
+        out["kv_cache"] = asdict(kv)
         typer.echo(json.dumps(out, indent=2))
         return
     console = Console()
@@ -104,46 +113,81 @@ def estimate(
                   f"{tokens / bd.time_s:,.0f} tokens/s")
 
 
+Engine = Enum("Engine", {e: e for e in ENGINES}, type=str)  # vllm, sglang, trtllm
+
+
+def _knob(flag: str, help_: str, *aliases: str):
+    """An engine knob: unset by default, so the engine's own default (or rule) applies."""
+    return typer.Option(None, flag, *aliases, help=help_, show_default=False)
+
+
+EngineOpt = typer.Option("vllm", "--engine", "-e",
+                         help="Whose memory rule sizes the KV cache (see docs/memory.md).")
+MaxModelLenOpt = typer.Option(None, "--max-model-len",
+                              help="Longest request (default: the model's).")
+PartitionOpt = typer.Option(
+    None, "--pp-layer-partition",
+    help="Layers per pipeline stage, e.g. 5,6,5,6 (VLLM_PP_LAYER_PARTITION, "
+         "SGLANG_PP_LAYER_PARTITION, TensorRT-LLM's pp_partition); default: the engine's split.")
+# vLLM
+GpuUtilOpt = _knob("--gpu-memory-utilization", "vLLM: fraction of device memory (default 0.9).")
+MnbtOpt = _knob("--max-num-batched-tokens", "vLLM: tokens in the profiling forward (8192).")
+MnsOpt = _knob("--max-num-seqs", "vLLM: rows in the sampler's profiling run (256).")
+BlockOpt = _knob("--block-size", "vLLM: tokens per KV block (16; 64 for MLA).")
+KvMemOpt = _knob("--kv-cache-memory-bytes", "vLLM: KV bytes per GPU (skips profiling).",
+                 "--kv-cache-memory")
+OverrideOpt = _knob("--num-gpu-blocks-override", "vLLM: force the number of KV blocks.")
+# SGLang
+MsfOpt = _knob("--mem-fraction-static",
+               "SGLang: share of free memory for weights + KV pool (default by TP and GPU).")
+PageOpt = _knob("--page-size", "SGLang: tokens per KV page (1).")
+MaxTotalOpt = _knob("--max-total-tokens", "SGLang: cap on the KV pool's tokens.")
+ChunkOpt = _knob("--chunked-prefill-size", "SGLang: prefill chunk (default by GPU memory).")
+# TensorRT-LLM
+FreeFracOpt = _knob("--free-gpu-memory-fraction",
+                    "TensorRT-LLM: share of the memory left after weights and activations (0.9).")
+TpbOpt = _knob("--tokens-per-block", "TensorRT-LLM: tokens per KV block (32).")
+MaxNumTokOpt = _knob("--max-num-tokens", "TensorRT-LLM: tokens in the profiling run (8192).")
+MaxTokOpt = _knob("--max-tokens", "TensorRT-LLM: cap on the KV cache's tokens.")
+
+
 @app.command()
 @report_errors
 def memory(
-    model: str = ModelOpt,
-    gpu: str = GpuOpt,
-    tp: int = TpOpt,
-    pp: int = PpOpt,
-    ep: int = EpOpt,
-    dp: int = DpOpt,
-    gpu_memory_utilization: float = typer.Option(
-        0.9, "--gpu-memory-utilization", min=0.0, max=1.0,
-        help="Fraction of device memory vLLM may use."),
-    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", min=1,
-                                               help="Tokens in the profiling forward."),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1,
-                                     help="Rows in the sampler's profiling run."),
-    max_model_len: int | None = typer.Option(
-        None, "--max-model-len", min=1, help="Longest request (default: the model's)."),
-    block_size: int | None = typer.Option(
-        None, "--block-size", min=1, help="Tokens per KV block (default 16; 64 for MLA)."),
-    dtype: WeightDType | None = DtypeOpt,
-    kv_dtype: WeightDType | None = KvDtypeOpt,
-    kv_cache_memory: float | None = typer.Option(
-        None, "--kv-cache-memory", min=0, help="Bytes of KV cache per GPU (skips profiling)."),
-    num_gpu_blocks_override: int | None = typer.Option(
-        None, "--num-gpu-blocks-override", min=1, help="Force the number of KV blocks."),
-    profile: Path | None = ProfileOpt,
-    as_json: bool = JsonOpt,
+    model: str = ModelOpt, gpu: str = GpuOpt, tp: int = TpOpt, pp: int = PpOpt,
+    ep: int = EpOpt, dp: int = DpOpt, engine: Engine = EngineOpt,  # type: ignore[valid-type]
+    max_model_len: int | None = MaxModelLenOpt, pp_layer_partition: str | None = PartitionOpt,
+    gpu_memory_utilization: float | None = GpuUtilOpt, max_num_batched_tokens: int | None = MnbtOpt,
+    max_num_seqs: int | None = MnsOpt, block_size: int | None = BlockOpt,
+    kv_cache_memory_bytes: float | None = KvMemOpt,
+    num_gpu_blocks_override: int | None = OverrideOpt,
+    mem_fraction_static: float | None = MsfOpt, page_size: int | None = PageOpt,
+    max_total_tokens: int | None = MaxTotalOpt, chunked_prefill_size: int | None = ChunkOpt,
+    free_gpu_memory_fraction: float | None = FreeFracOpt, tokens_per_block: int | None = TpbOpt,
+    max_num_tokens: int | None = MaxNumTokOpt, max_tokens: int | None = MaxTokOpt,
+    dtype: WeightDType | None = DtypeOpt, kv_dtype: WeightDType | None = KvDtypeOpt,
+    profile: Path | None = ProfileOpt, as_json: bool = JsonOpt,
 ) -> None:
-    """KV-cache plan of one instance: weights, activations, KV blocks (vLLM V1's rule)."""
-    par = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
-    prof = load_profile(gpu, profile) if profile else None
-    plan = plan_memory(
-        model, gpu, par, gpu_memory_utilization=gpu_memory_utilization,
+    """KV-cache plan of one instance: weights, activations, KV blocks, by the engine's rule.
+
+    Each engine's knobs keep the engine's own names; giving one to another engine is an
+    error. A plan that does not fit is one error line (with --json: the plan, exit 1).
+    """
+    knobs = dict(
+        gpu_memory_utilization=gpu_memory_utilization,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len, block_size=block_size,
-        dtype=dtype.value if dtype else None, kv_dtype=kv_dtype.value if kv_dtype else None,
-        profile=prof, kv_cache_memory_bytes=kv_cache_memory,
-        num_gpu_blocks_override=num_gpu_blocks_override,
-    )
+        block_size=block_size, kv_cache_memory_bytes=kv_cache_memory_bytes,
+        num_gpu_blocks_override=num_gpu_blocks_override, mem_fraction_static=mem_fraction_static,
+        page_size=page_size, max_total_tokens=max_total_tokens,
+        chunked_prefill_size=chunked_prefill_size,
+        free_gpu_memory_fraction=free_gpu_memory_fraction, tokens_per_block=tokens_per_block,
+        max_num_tokens=max_num_tokens, max_tokens=max_tokens)
+    plan = plan_engine_memory(
+        engine.value, model, gpu, Parallelism(tp=tp, pp=pp, ep=ep, dp=dp),
+        max_model_len=max_model_len, dtype=dtype.value if dtype else None,
+        kv_dtype=kv_dtype.value if kv_dtype else None,
+        profile=load_profile(gpu, profile) if profile else None,
+        pp_layer_partition=pp_layer_partition, **knobs)
     if as_json:
         typer.echo(json.dumps(plan.as_dict(), indent=2))
         if not plan.fits:
@@ -151,17 +195,20 @@ def memory(
         return
     if not plan.fits:
         raise UserError(plan.reason)
-    _print_memory_plan(plan, f"{model} on {gpu} tp={tp} pp={pp} · memory per GPU")
+    _print_memory_plan(plan, f"{model} on {gpu} tp={tp} pp={pp} · {engine.value} · "
+                             f"memory per GPU")
 
 
 def _print_memory_plan(plan: MemoryPlan, title: str) -> None:
-    """The memory table (GiB per part) and the KV block summary line of a plan that fits."""
+    """The memory table (GiB per part), the engine's rule and the KV summary line of a plan
+    that fits."""
     console = Console()
     table = Table(title=title)
     table.add_column("part")
     table.add_column("GiB", justify="right")
     rows = [
-        ("device memory × utilization", plan.total_bytes * plan.gpu_memory_utilization),
+        ("device memory", plan.total_bytes),
+        (f"budget ({plan.memory_fraction_name} {plan.memory_fraction:g})", plan.budget_bytes),
         ("weights", plan.weights_bytes),
         ("peak activation", plan.activation_bytes),
         ("non-torch (NCCL, workspaces)", plan.non_torch_bytes),
@@ -170,11 +217,46 @@ def _print_memory_plan(plan: MemoryPlan, title: str) -> None:
     for name, v in rows:
         table.add_row(name, f"{v / GIB:.2f}")
     console.print(table)
+    console.print(f"rule: {ENGINE_RULES[plan.engine]}")
+    if len(plan.layers_per_stage) > 1:
+        console.print(f"layers per stage {list(plan.layers_per_stage)}; "
+                      f"stage {plan.worst_stage} holds the fewest KV tokens")
+    unit = "pages" if plan.engine == "sglang" else "blocks"
     console.print(
-        f"KV {plan.kv_bytes_per_token / 1024:.1f} KiB/token · block_size {plan.block_size} · "
-        f"[bold]{plan.num_gpu_blocks:,} blocks[/bold] = {plan.kv_tokens:,} tokens "
+        f"KV {plan.kv_bytes_per_token / 1024:.1f} KiB/token · {unit[:-1]} size "
+        f"{plan.block_size} · [bold]{plan.num_gpu_blocks:,} {unit}[/bold] = "
+        f"{plan.kv_tokens:,} usable tokens "
         f"({plan.kv_tokens / plan.max_model_len:.1f} × max_model_len {plan.max_model_len:,})"
     )
+
+
+def _check_positions(oracle: CostOracle, context_len: int, new: int, phase: Phase) -> None:
+    """A request longer than the model's positions cannot be served: refuse it."""
+    limit = oracle.model.max_position_embeddings
+    if context_len + new > limit:
+        what = (f"--input-len {new:,} + --context-len {context_len:,}" if phase is Phase.prefill
+                else f"--context-len {context_len:,} + 1 decode token")
+        raise UserError(f"{what} = {context_len + new:,} tokens per request exceeds "
+                        f"{oracle.model.name}'s max_position_embeddings={limit:,}")
+
+
+def _batch_memory(oracle: CostOracle, batch: int, tokens_per_request: int) -> BatchFit:
+    """The batch's KV against vLLM's plan for this deployment; warns when it does not fit."""
+    par = oracle.parallel
+    plan = plan_memory(oracle.model, oracle.gpu, par, max_model_len=tokens_per_request,
+                       dtype=oracle.weight_dtype, kv_dtype=oracle.kv_dtype,
+                       profile=oracle.profile)
+    kv = batch_kv_fit(plan, batch, tokens_per_request)
+    if plan.available_kv_bytes <= 0:
+        typer.echo(f"warning: this step does not fit in memory: {plan.reason}", err=True)
+    elif not kv.fits:
+        where = f"{oracle.gpu.name} tp={par.tp}" + (f" pp={par.pp}" if par.pp > 1 else "")
+        typer.echo(f"warning: this step does not fit in memory: batch {batch:,} × "
+                   f"{tokens_per_request:,} tokens needs {kv.blocks_needed:,} KV blocks "
+                   f"({kv.bytes_needed / GIB:.1f} GiB per GPU) but vLLM's plan on {where} "
+                   f"holds {kv.blocks_available:,} ({kv.bytes_available / GIB:.1f} GiB)",
+                   err=True)
+    return kv
 
 
 def _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile) -> CostOracle:
