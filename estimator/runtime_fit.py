@@ -5,7 +5,9 @@ simulator -- a front-end delay shifts every arrival of a closed loop, a per-step
 stretches every step -- so they are fitted with the simulator in the loop: ``predict(terms)``
 returns the predicted medians (TTFT, TPOT) of every run, and :func:`fit_terms` minimises
 a robust loss (soft L1) of the log ratios predicted / measured over the free terms, within
-bounds (>= 0). Terms the runs cannot identify are not fitted: a tensor-parallel term needs
+bounds (>= 0). The loss is not smooth in the terms -- a closed loop's clients fall in and
+out of step as a delay changes, moving a median by whole steps -- so the search is
+derivative-free (Powell's method within the bounds), not finite-difference gradients. Terms the runs cannot identify are not fitted: a tensor-parallel term needs
 runs with tp > 1 and with tp = 1 (:func:`identifiable`).
 
 The same function fits the shipped profiles (from ``../shared/data/e2e``, validated
@@ -18,10 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import minimize
 
 from .runtime import RuntimeTerms
 
+SOFT_L1_SCALE = 0.1  # log-ratio residuals beyond ~10 % count linearly, not squared
 # the terms fitted by default, their scale (seconds) and upper bound
 FIT_TERMS = {"frontend_request_s": (5e-3, 0.5), "frontend_output_per_token_s": (1e-4, 5e-3),
              "tp_sync_per_layer_s": (1e-5, 1e-3), "step_cpu_s": (1e-3, 0.05)}
@@ -63,7 +66,7 @@ def _errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarray,
               tp: np.ndarray, base: RuntimeTerms | None = None,
-              names: Sequence[str] = tuple(FIT_TERMS), max_evals: int = 40) -> FitResult:
+              names: Sequence[str] = tuple(FIT_TERMS), max_evals: int = 200) -> FitResult:
     """Fit ``names`` (those the runs identify) of ``base`` to ``measured``.
 
     ``measured`` and ``predict(terms)`` are ``(n, 2)`` arrays of TTFT and TPOT medians in
@@ -78,16 +81,18 @@ def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarra
     def terms_of(x) -> RuntimeTerms:
         return base.model_copy(update={n: float(v * s) for n, v, s in zip(names, x, scale, strict=True)})
 
-    def residuals(x) -> np.ndarray:
-        return np.log(predict(terms_of(x)) / measured).ravel()
+    def loss(x) -> float:
+        r = np.log(predict(terms_of(x)) / measured).ravel() / SOFT_L1_SCALE
+        return float(np.sum(2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
 
     before = _errors(predict(base), measured)
     if not names:
         return FitResult(base, (), skipped, before, before)
-    x0 = np.array([getattr(base, n) for n in names]) / scale
-    sol = least_squares(residuals, np.minimum(x0, upper), bounds=(0.0, upper), loss="soft_l1",
-                        f_scale=0.1, diff_step=0.05, max_nfev=max_evals)
-    terms = terms_of(sol.x)
+    x0 = np.minimum(np.array([getattr(base, n) for n in names]) / scale, upper)
+    sol = minimize(loss, x0, method="Powell", bounds=list(zip(np.zeros_like(upper), upper,
+                                                             strict=True)),
+                   options={"maxfev": max_evals, "xtol": 1e-3, "ftol": 1e-6})
+    terms = terms_of(np.clip(sol.x, 0.0, upper))
     return FitResult(terms, tuple(names), skipped, before, _errors(predict(terms), measured))
 
 

@@ -1,0 +1,93 @@
+"""Fitting runtime terms: recover known terms from runs generated with them; refuse what the
+runs cannot identify; the measured rows' engine flags follow the benchmark generator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serveplan.e2e import E2ERow, deployment, expressible
+from serveplan.estimator.runtime import RuntimeTerms
+from serveplan.estimator.runtime_fit import fit_terms
+from serveplan.sim.costs import AffineStepCost
+from serveplan.sim.loop_api import run_pools
+from serveplan.sim.params import EngineParams
+from serveplan.sim.pools import PoolSpec
+from serveplan.sim.workload import Requests
+
+LAYERS = 10
+# (concurrency, tp, prompt, output) of the synthetic runs: one client each, so a median is a
+# smooth function of the terms (TTFT = front end + prefill step; TPOT = decode step)
+RUNS = [(1, 1, 200, 20), (1, 1, 2000, 20), (1, 2, 200, 20), (1, 2, 2000, 20)]
+
+
+@pytest.fixture(autouse=True)
+def _compiled(sim_compiled):
+    return sim_compiled
+
+
+def _predict(terms: RuntimeTerms) -> np.ndarray:
+    """Median TTFT and TPOT (ms) of closed-loop runs on an affine-cost engine (10 ms + 10 us
+    per token), with the terms' front end and step work."""
+    out = []
+    for conc, tp, prompt, output in RUNS:
+        n = 3 * conc
+        req = Requests(arrival_s=np.full(n, np.nan), prompt_len=np.full(n, prompt),
+                       output_len=np.full(n, output), concurrency=conc)
+        pool = PoolSpec(EngineParams(num_gpu_blocks=4000, max_model_len=8192),
+                        AffineStepCost(0.010, 1e-5), runtime=terms.step_runtime(LAYERS, tp))
+        r = run_pools(req, [pool], frontend=terms.front_end()).reqs
+        ttft = r.t_first - r.arrival
+        tpot = (r.t_finish - r.t_first) / (output - 1)
+        out.append([np.median(ttft) * 1e3, np.median(tpot) * 1e3])
+    return np.array(out)
+
+
+def test_fit_recovers_the_terms_the_runs_were_generated_with():
+    true = RuntimeTerms(frontend_request_s=0.02, tp_sync_per_layer_s=2e-4, step_cpu_s=3e-3)
+    measured = _predict(true)
+    tp = np.array([r[1] for r in RUNS])
+    names = ("frontend_request_s", "tp_sync_per_layer_s", "step_cpu_s")
+    fit = fit_terms(_predict, measured, tp, names=names, max_evals=300)
+    assert fit.fitted == names
+    for name in fit.fitted:
+        assert getattr(fit.terms, name) == pytest.approx(getattr(true, name), rel=0.05), name
+    assert np.median(fit.err_after) < 0.01 < np.median(fit.err_before)
+
+
+def test_a_term_the_runs_cannot_identify_is_not_fitted():
+    """Without runs at tp = 1 and tp > 1 the per-layer sync term is left alone, with why."""
+    measured = np.array([[100.0, 10.0]])
+    fit = fit_terms(lambda t: np.array([[100.0 + 1e3 * t.frontend_request_s,
+                                         10.0 + 1e3 * t.step_cpu_s]]), measured,
+                    tp=np.array([1]), names=("tp_sync_per_layer_s",))
+    assert fit.fitted == ()
+    assert "tensor-parallel size 1 and > 1" in fit.skipped["tp_sync_per_layer_s"]
+
+
+def _row(**kw) -> E2ERow:
+    base = dict(id="x", engine="trtllm", version="1.2.0rc6", model="meta-llama/Llama-3.1-70B",
+                system="b200_sxm", precision="fp8", mode="agg", isl=8192, osl=1024,
+                concurrency=64, tp=4, pp=1, dp=1, ep=1, ttft_ms=1.0, tpot_ms=1.0)
+    return E2ERow(**{**base, **kw})
+
+
+def test_measured_rows_get_the_generator_flags():
+    """trtllm.rule: agg max_num_tokens = ceil((bs + isl + 1500) / 32) * 32 = ceil(9756 / 32)
+    * 32 = 305 * 32 = 9760; max_seq_len = isl + osl + 1500 = 10716; max_batch_size = bs."""
+    pool = deployment(_row(), Path("."))["pools"][0]
+    assert pool["max_num_batched_tokens"] == 9760
+    assert pool["max_model_len"] == 10716
+    assert pool["max_num_seqs"] == 64
+    assert pool["engine"] == "trtllm" and pool["gpu"] == "b200"
+    vllm = deployment(_row(engine="vllm"), Path("."))["pools"][0]
+    assert vllm["max_num_batched_tokens"] == 64 + 8192 + 1500  # vllm.rule, no rounding
+
+
+def test_rows_serveplan_cannot_express_say_why():
+    assert "fp4" in expressible(_row(precision="fp4"), Path("."))
+    assert "MLA" in expressible(_row(model="deepseek-ai/DeepSeek-R1"), Path("."))
+    assert "b300" in expressible(_row(system="b300_sxm"), Path("."))
+    assert expressible(_row(), Path(".")) is None
