@@ -11,7 +11,8 @@ A simulation file has four top-level keys::
       scheduler: vllm-v1
       max_num_seqs: 256    # vLLM engine knobs, vLLM names and defaults
     workload:
-      kind: poisson        # poisson | gamma | constant | closed-loop | trace
+      kind: poisson        # poisson | gamma | constant | closed-loop | vllm-bench-serve
+                           # | inference-perf | trace
       rate: 6.0
       num_requests: 2000
       isl: {dist: lognormal, mean: 1024, sigma: 0.6}
@@ -49,11 +50,18 @@ valid. The deployment models live in :mod:`serveplan.pools_config` and are re-ex
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from serveplan.pools_config import (  # noqa: F401  (re-exported)
     DECODE_ROUTER_ALIASES,
@@ -121,24 +129,68 @@ class TraceLength(_Frozen):
     skip_bad_lines: bool = False
 
 
-LengthSpec = Annotated[FixedLength | UniformLength | LogNormalLength | TraceLength,
-                       Field(discriminator="dist")]
+class ShareGPTLength(_Frozen):
+    """ShareGPT as ``vllm bench serve --dataset-name sharegpt`` samples it (shipped data,
+    :class:`serveplan.sim.lengths.ShareGPTPairs`). ``column`` defaults to ``prompt`` under
+    ``isl`` and ``output`` under ``osl``; with both, requests get whole (prompt, reply) pairs
+    in vLLM's order for the run's ``seed`` (vLLM's ``--seed``)."""
+
+    dist: Literal["sharegpt"]
+    column: Literal["prompt", "output"]
+
+
+LengthSpec = Annotated[FixedLength | UniformLength | LogNormalLength | TraceLength
+                       | ShareGPTLength, Field(discriminator="dist")]
 Length = Annotated[int, Field(ge=1)] | LengthSpec
 
 
 class PrefixConfig(_Frozen):
-    """Synthetic shared prefixes: each request starts with one of ``num_groups`` prefixes."""
+    """Synthetic shared prefixes: each request starts with one of ``num_groups`` prefixes
+    (picked at random) of ``prefix_len`` tokens. aiperf's ``num_prefix_prompts`` and
+    ``prefix_prompt_length`` are accepted for them; ``vllm bench serve --random-prefix-len``
+    is ``{random_prefix_len: L}`` (one prefix)."""
 
-    num_groups: int = Field(ge=1)
-    prefix_len: int = Field(ge=0)
+    num_groups: int = Field(1, ge=1, validation_alias=AliasChoices(
+        "num_groups", "num_prefix_prompts"))
+    prefix_len: int = Field(ge=0, validation_alias=AliasChoices(
+        "prefix_len", "prefix_prompt_length", "random_prefix_len"))
 
 
 # ----------------------------------------------------------------------------- workloads
-class _Synthetic(_Frozen):
-    num_requests: int = Field(1000, ge=1)
+class _Client(_Frozen):
+    """Client habits every workload has (:mod:`serveplan.sim.clients`)."""
+
+    warmup_request_count: int = Field(0, ge=0, description=(
+        "aiperf --warmup-request-count: the first requests, left out of the statistics."))
+    request_timeout_s: float | None = Field(None, gt=0, validation_alias=AliasChoices(
+        "request_timeout_s", "request_timeout_seconds", "request_timeout"), description=(
+        "Client timeout: a slower request (end to end) counts as failed."))
+
+
+def _sharegpt_column(data, field: str, column: str):
+    """``{dist: sharegpt}`` under ``isl`` / ``osl`` reads the prompt / output column."""
+    spec = data.get(field) if isinstance(data, dict) else None
+    if isinstance(spec, dict) and spec.get("dist") == "sharegpt" and "column" not in spec:
+        data = {**data, field: {**spec, "column": column}}
+    return data
+
+
+class _Lengths(_Client):
     isl: Length = 1024
     osl: Length = 256
     prefix: PrefixConfig | None = None
+    num_dataset_entries: int | None = Field(None, ge=1, description=(
+        "aiperf --num-dataset-entries: draw this many prompts once and cycle through them."))
+    dataset_sampling_strategy: Literal["sequential", "random", "shuffle"] = "sequential"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sharegpt_columns(cls, data):
+        return _sharegpt_column(_sharegpt_column(data, "isl", "prompt"), "osl", "output")
+
+
+class _Synthetic(_Lengths):
+    num_requests: int = Field(1000, ge=1)
 
 
 class PoissonWorkload(_Synthetic):
@@ -158,19 +210,58 @@ class ConstantWorkload(_Synthetic):
 
 
 class ClosedLoopWorkload(_Synthetic):
-    """``concurrency`` clients, each sending its next request when the previous finishes."""
+    """``concurrency`` clients, each sending its next request when the previous finishes
+    (aiperf / genai-perf ``--concurrency``), after ``think_time_s`` plus an exponential
+    jitter of mean ``think_time_jitter_s``."""
 
     kind: Literal["closed-loop"]
     concurrency: int = Field(ge=1)
+    think_time_s: float = Field(0.0, ge=0)
+    think_time_jitter_s: float = Field(0.0, ge=0)
 
 
-class TraceWorkload(_Frozen):
+class VllmBenchWorkload(_Synthetic):
+    """``vllm bench serve``: ``request_rate`` (``.inf``: all at once), ``burstiness`` (gamma
+    shape of the gaps), ``max_concurrency`` (with an infinite rate: a closed loop) and
+    ``num_prompts`` (``num_requests``), under vLLM's own option names."""
+
+    kind: Literal["vllm-bench-serve"]
+    rate: float = Field(float("inf"), gt=0, validation_alias=AliasChoices(
+        "rate", "request_rate"), description="--request-rate (requests/s).")
+    burstiness: float = Field(1.0, gt=0)
+    max_concurrency: int | None = Field(None, ge=1)
+    num_requests: int = Field(1000, ge=1, validation_alias=AliasChoices(
+        "num_requests", "num_prompts"))
+
+    @field_serializer("rate", "burstiness", when_used="json")
+    def _inf_as_text(self, value: float) -> float | str:
+        return "inf" if value == float("inf") else value  # JSON has no infinity
+
+
+class InferencePerfStage(_Frozen):
+    rate: float = Field(gt=0, description="Requests per second.")
+    duration: float = Field(gt=0, description="Seconds.")
+
+
+class InferencePerfWorkload(_Lengths):
+    """inference-perf's ``load``: ``type`` constant or poisson, ``stages`` of ``rate`` and
+    ``duration`` (``int(rate * duration)`` requests each), ``interval`` between stages; how
+    stage boundaries are placed: :class:`serveplan.sim.arrivals.InferencePerfArrivals`."""
+
+    kind: Literal["inference-perf"]
+    type: Literal["constant", "poisson"] = "constant"
+    stages: list[InferencePerfStage] = Field(min_length=1)
+    interval: float = Field(1.0, ge=0)
+
+
+class TraceWorkload(_Client):
     """Requests read from a trace (Azure CSV, Mooncake JSONL, Vidur CSV).
 
     ``arrival: trace`` replays the file's timestamps (``time_scale`` times faster, or
     rescaled to mean ``rate``); another arrival process draws new times at ``rate`` (for
-    length-only files such as ShareGPT). ``num_requests`` takes the first requests, or
-    tiles the trace when larger.
+    length-only files such as ShareGPT). ``num_requests`` takes the first requests; more
+    than the file holds is an error unless ``repeat: true``, which replays the trace again
+    after its end.
     """
 
     kind: Literal["trace"]
@@ -180,6 +271,7 @@ class TraceWorkload(_Frozen):
     cv: float = Field(1.0, gt=0)
     time_scale: float = Field(1.0, gt=0)
     num_requests: int | None = Field(None, ge=1)
+    repeat: bool = False
     skip_bad_lines: bool = False
 
     @model_validator(mode="after")
@@ -192,9 +284,11 @@ class TraceWorkload(_Frozen):
 
 
 Workload = Annotated[PoissonWorkload | GammaWorkload | ConstantWorkload | ClosedLoopWorkload
-                     | TraceWorkload, Field(discriminator="kind")]
+                     | VllmBenchWorkload | InferencePerfWorkload | TraceWorkload,
+                     Field(discriminator="kind")]
 WORKLOAD_KINDS = {"poisson": PoissonWorkload, "gamma": GammaWorkload,
                   "constant": ConstantWorkload, "closed-loop": ClosedLoopWorkload,
+                  "vllm-bench-serve": VllmBenchWorkload, "inference-perf": InferencePerfWorkload,
                   "trace": TraceWorkload}
 
 
@@ -226,18 +320,61 @@ class SimulationConfig(_Frozen):
 
 # ----------------------------------------------------------------------------- loading
 def read_yaml(path: str | Path) -> dict:
-    """The mapping in a YAML file (empty file: ``{}``)."""
+    """The mapping in a YAML file (empty file: ``{}``), its data-file paths made relative
+    to the file's folder (:func:`anchor_paths`)."""
+    from serveplan.errors import decode_problem, not_text_message
+
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
+        what = "is not a file" if path.exists() else "does not exist"
+        raise FileNotFoundError(f"config file {path} {what}")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(not_text_message(path, decode_problem(exc), "a YAML file")) from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{path}{where}: not valid YAML: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return anchor_paths(data, path.parent)
+
+
+DATA_FILE_FIELDS = ("workload.path", "workload.isl.path", "workload.osl.path")
+"""Config fields that name a data file (a trace); relative values are relative to the YAML
+file that holds them."""
+
+
+def anchor_paths(data: dict, folder: Path) -> dict:
+    """Copy of ``data`` with each relative :data:`DATA_FILE_FIELDS` path (also under a sweep
+    file's ``base`` and in its ``grid`` values) joined to ``folder``; a binary file there is
+    reported by name."""
+    from serveplan.errors import check_text_file
+
+    def anchor(value, field):
+        if not isinstance(value, str) or Path(value).expanduser().is_absolute():
+            return value
+        joined = os.path.normpath(folder / value)
+        check_text_file(joined, "a trace (Mooncake .jsonl, Azure or Vidur CSV)", field=field)
+        return joined
+
+    for prefix in ("", "base."):
+        for field in DATA_FILE_FIELDS:
+            node = data.get("base") if prefix else data
+            for part in field.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, str):
+                data = set_path(data, prefix + field, anchor(node, prefix + field))
+    grid = data.get("grid")
+    if isinstance(grid, dict):
+        grid = {k: [anchor(v, f"grid.{k}") for v in vs]
+                if k in DATA_FILE_FIELDS and isinstance(vs, list) else vs
+                for k, vs in grid.items()}
+        data = {**data, "grid": grid}
     return data
 
 

@@ -17,24 +17,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import xarray as xr
 
 from serveplan._version import __version__
-from serveplan.config import (
-    SLO,
-    AnyDeployment,
-    ClosedLoopWorkload,
-    ConstantWorkload,
-    FixedLength,
-    GammaWorkload,
-    LogNormalLength,
-    PoissonWorkload,
-    SimulationConfig,
-    TraceLength,
-    TraceWorkload,
-    UniformLength,
-)
+from serveplan.config import SLO, AnyDeployment, SimulationConfig
 from serveplan.resolution import (
     POLICIES,
     ROUTERS,
@@ -43,79 +29,9 @@ from serveplan.resolution import (
     resolve,
     resolve_deployment,
 )
-from serveplan.sim import traces
-from serveplan.sim import workload as W
+from serveplan.sim.clients import build_requests, client_attrs, length_dist
 from serveplan.sim.loop_api import run_pools
 from serveplan.sim.results import summarize, to_dataset
-
-
-# ----------------------------------------------------------------------------- workloads
-def length_dist(spec) -> W.LengthDist:
-    """The sampler for a length spec (an int is a fixed length)."""
-    if isinstance(spec, int):
-        return W.Fixed(spec)
-    if isinstance(spec, FixedLength):
-        return W.Fixed(spec.value)
-    if isinstance(spec, UniformLength):
-        return W.Uniform(spec.low, spec.high)
-    if isinstance(spec, LogNormalLength):
-        if spec.mean is not None:
-            return W.LogNormal.from_mean(spec.mean, spec.sigma, spec.max)
-        return W.LogNormal(spec.median, spec.sigma, spec.max)
-    if isinstance(spec, TraceLength):
-        tr = traces.read_trace(spec.path, skip_bad_lines=spec.skip_bad_lines)
-        return tr.prompt_dist() if spec.column == "prompt" else tr.output_dist()
-    raise TypeError(f"unknown length spec {spec!r}")
-
-
-def _arrival_process(kind: str, rate: float, cv: float = 1.0):
-    if kind == "poisson":
-        return W.PoissonArrivals(rate)
-    if kind == "gamma":
-        return W.GammaArrivals(rate, cv)
-    return W.ConstantArrivals(rate)
-
-
-def build_requests(workload, seed: int = 0, *, block_size: int = 16) -> W.Requests:
-    """Draw (or read) the requests of a workload config.
-
-    Synthetic shared prefixes are hashed at ``block_size`` (the engine's block size).
-    """
-    if isinstance(workload, TraceWorkload):
-        return _trace_requests(workload, seed)
-    if isinstance(workload, ClosedLoopWorkload):
-        arrivals = W.ClosedLoop(workload.concurrency)
-    elif isinstance(workload, (PoissonWorkload, ConstantWorkload)):
-        arrivals = _arrival_process(workload.kind, workload.rate)
-    elif isinstance(workload, GammaWorkload):
-        arrivals = W.GammaArrivals(workload.rate, workload.cv)
-    else:
-        raise TypeError(f"unknown workload {workload!r}")
-    prefix = None
-    if workload.prefix is not None:
-        prefix = W.PrefixSharing(workload.prefix.num_groups, workload.prefix.prefix_len,
-                                 block_size)
-    return W.generate_requests(workload.num_requests, arrivals, length_dist(workload.isl),
-                               length_dist(workload.osl), seed, prefix=prefix)
-
-
-def _trace_requests(w: TraceWorkload, seed: int) -> W.Requests:
-    tr = traces.read_trace(w.path, limit=w.num_requests, skip_bad_lines=w.skip_bad_lines)
-    if len(tr) == 0:
-        raise ValueError(f"{w.path}: no requests read")
-    if w.arrival == "trace":
-        if tr.arrival_s is None:
-            raise ValueError(f"{w.path} has no timestamps; set workload.arrival to poisson, "
-                             "gamma or constant and give a rate")
-        req = tr.to_requests(time_scale=w.time_scale, rate=w.rate)
-    else:
-        n = w.num_requests or len(tr)
-        req = tr.to_requests(arrival_s=np.zeros(len(tr)))
-        req = W.tile_requests(req, n, gap_s=0.0) if n > len(req) else req.take(slice(0, n))
-        return req.with_arrivals(_arrival_process(w.arrival, w.rate, w.cv).sample(n, seed))
-    if w.num_requests is not None and w.num_requests > len(req):
-        req = W.tile_requests(req, w.num_requests)
-    return req
 
 
 # ----------------------------------------------------------------------------- running
@@ -133,13 +49,16 @@ def _run(resolved: ResolvedServing, requests, record_steps: int = 1 << 16, *,
                      record_steps=record_steps, frontend=resolved.front_end())
 
 
-def make_dataset(cfg: SimulationConfig, resolved: ResolvedServing, result) -> xr.Dataset:
-    """The Dataset of a run, with the config, resolved values and summary in ``attrs``."""
+def make_dataset(cfg: SimulationConfig, resolved: ResolvedServing, result,
+                 requests=None) -> xr.Dataset:
+    """The Dataset of a run, with the config, resolved values and summary in ``attrs``
+    (and, given the ``requests``, their warm-up count and client timeout for the summary)."""
     attrs = {
         "config": cfg.model_dump_json(),
         "resolved": json.dumps(resolved.describe(), default=float),
         "serveplan_version": __version__,
         "seed": cfg.seed,
+        **(client_attrs(requests) if requests is not None else {}),
     }
     ds = to_dataset(result, attrs=attrs)
     slo = cfg.slo.model_dump() if cfg.slo is not None else None
@@ -160,7 +79,7 @@ def run_config(cfg: SimulationConfig) -> xr.Dataset:
     resolved = resolve(cfg.deployment)
     requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
     result = _run(resolved, requests, cfg.record_steps)
-    return make_dataset(cfg, resolved, result)
+    return make_dataset(cfg, resolved, result, requests)
 
 
 def simulate(deployment: AnyDeployment | dict, workload, seed: int = 0, *,

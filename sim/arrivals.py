@@ -5,6 +5,10 @@ Renewal processes -- :class:`PoissonArrivals`, :class:`GammaArrivals`, :class:`C
 ``sample(n, seed) == unit_pattern(n, seed) / rate`` bit for bit (common random numbers, see
 :mod:`.workload`). :class:`TraceArrivals` replays trace timestamps; :class:`ClosedLoop` marks a
 closed-loop workload whose arrivals the simulator sets.
+
+The benchmark clients' own schedules: :class:`VllmBenchArrivals` (``vllm bench serve
+--request-rate --burstiness``, rescaled to ``n / rate``) and :class:`InferencePerfArrivals`
+(inference-perf's ``constant`` and ``poisson`` load types over stages).
 """
 
 from __future__ import annotations
@@ -185,21 +189,201 @@ class ClosedLoop:
     * requests ``0 .. concurrency - 1`` arrive at t = 0;
     * request ``i >= concurrency`` arrives at the finish time (last token) of request
       ``i - concurrency``, the previous request of the same client (:func:`closed_loop_predecessor`),
-      with zero think time.
+      with zero think time. (``Requests.client_delay_s`` carries per-request think times for
+      a loop that adds them to this release; the compiled loop does not yet, see
+      :mod:`.clients`.)
 
-    So exactly ``concurrency`` requests are in the system until the last ones drain. (``vllm bench
-    serve --max-concurrency`` instead hands the next request to whichever slot frees first; with
-    i.i.d. lengths both give the same steady state.)
+    So exactly ``concurrency`` requests are in the system until the last ones drain, as with
+    aiperf / genai-perf ``--concurrency``. (``vllm bench serve --max-concurrency`` with an
+    infinite ``--request-rate`` instead hands the next request to whichever slot frees first;
+    with i.i.d. lengths both give the same steady state.)
     """
 
     concurrency: int
+    think_time_s: float = 0.0
+    think_time_jitter_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_int("concurrency", self.concurrency, 1)
+        for name in ("think_time_s", "think_time_jitter_s"):
+            object.__setattr__(self, name,
+                               check_positive(name, getattr(self, name), allow_zero=True))
 
     def sample(self, n: int, seed: SeedLike = None) -> np.ndarray:
         """All-NaN arrival times (to be set by the simulator)."""
         return np.full(check_int("n", n, 0), np.nan)
 
+    def client_delays(self, n: int, seed: SeedLike = None) -> np.ndarray | None:
+        """Think time before each request: ``think_time_s + think_time_jitter_s * E`` with
+        ``E ~ Exp(1)`` (so the jitter is exponential with mean ``think_time_jitter_s``); 0 for
+        the first ``concurrency`` requests, which every client sends at t = 0. ``None``
+        without think time."""
+        n = check_int("n", n, 0)
+        if self.think_time_s == 0 and self.think_time_jitter_s == 0:
+            return None
+        delay = self.think_time_s + self.think_time_jitter_s * make_rng(
+            seed).standard_exponential(n)
+        delay[: self.concurrency] = 0.0
+        return delay
 
-ArrivalProcess = PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedLoop
+
+@dataclass(frozen=True)
+class VllmBenchArrivals:
+    """Send times of ``vllm bench serve --request-rate R --burstiness B``.
+
+    Parameters
+    ----------
+    rate : float
+        ``--request-rate`` in requests/s; ``inf`` sends every request at t = 0.
+    burstiness : float
+        ``--burstiness``: the gamma shape of the gaps (1: Poisson; ``inf``: even gaps).
+
+    Notes
+    -----
+    ``get_request`` in ``vllm/benchmarks/serve.py``: ``n`` gaps ``g_i ~ Gamma(shape=B,
+    scale=1 / (R B))`` (mean ``1 / R``; ``1 / R`` exactly when ``B = inf``), cumulative sums
+    ``d_i = g_0 + ... + g_i``, then rescaled so the last is ``n / R``:
+    ``t_i = (n / R) d_i / d_{n-1}``. So the first request is sent at ``t_0 > 0`` (after one
+    gap), not at 0, and the schedule is not a renewal process (its gaps are conditioned on
+    their sum). ``unit_pattern`` is the schedule at ``R = 1`` and ``sample = unit_pattern / R``
+    exactly (common random numbers). vLLM draws from NumPy's global legacy state; these come
+    from the given seed, so the law is the same but not the numbers.
+    """
+
+    rate: float = 1.0
+    burstiness: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("rate", "burstiness"):
+            value = float(getattr(self, name))
+            if not value > 0:  # inf allowed, NaN rejected
+                raise ValueError(f"{name} must be > 0 (inf allowed), got {value!r}")
+            object.__setattr__(self, name, value)
+
+    def unit_pattern(self, n: int, seed: SeedLike = None) -> np.ndarray:
+        """``n`` send times at rate 1, the last at ``n``."""
+        n = check_int("n", n, 0)
+        b = self.burstiness
+        gaps = np.ones(n) if np.isinf(b) else make_rng(seed).standard_gamma(b, n) / b
+        d = np.cumsum(gaps)
+        return d * (n / d[-1]) if n and d[-1] > 0 else d
+
+    def sample(self, n: int, seed: SeedLike = None) -> np.ndarray:
+        """``n`` sorted send times in seconds (all 0 at an infinite rate)."""
+        if np.isinf(self.rate):
+            return np.zeros(check_int("n", n, 0))
+        return scale_pattern(self.unit_pattern(n, seed), self.rate)
+
+    def with_rate(self, rate: float) -> VllmBenchArrivals:
+        """The same schedule at another ``--request-rate``."""
+        return replace(self, rate=rate)
+
+
+INFERENCE_PERF_QUEUE_FILL_S = 1.0
+"""inference-perf's multi-process load generator schedules a stage's requests from 1 s after
+the stage starts (``start_time = time.perf_counter() + 1``), to fill its request queue."""
+
+
+def _normalised_gaps(k: int, span: float, rng: np.random.Generator) -> np.ndarray:
+    """inference-perf ``ConstantLoadTimer(rate=k / span, duration=span)``: ``k`` exponential
+    gaps rescaled to sum to ``span`` (the last request lands exactly at ``span``)."""
+    gaps = rng.standard_exponential(k)
+    return np.cumsum(gaps * (span / gaps.sum()))
+
+
+def _poisson_offsets(rate: float, count: int, rng: np.random.Generator) -> np.ndarray:
+    """inference-perf ``PoissonLoadTimer``: 1-s windows, ``Poisson(rate)`` requests in each,
+    spread over it by :func:`_normalised_gaps`; an empty window is skipped. The first
+    ``count`` times."""
+    out: list[np.ndarray] = []
+    have, start = 0, 0.0
+    while have < count:
+        k = int(rng.poisson(rate))
+        if k:
+            out.append(start + _normalised_gaps(k, 1.0, rng))
+            have += k
+        start += 1.0
+    return np.concatenate(out)[:count] if out else np.zeros(0)
+
+
+@dataclass(frozen=True)
+class InferencePerfArrivals:
+    """Send times of an inference-perf load (``load.type``, ``load.stages``, ``load.interval``).
+
+    Parameters
+    ----------
+    type : {"constant", "poisson"}
+        inference-perf's ``load.type``.
+    stages : sequence of (rate, duration)
+        ``load.stages``: requests/s and seconds; stage ``k`` sends ``int(rate * duration)``
+        requests (``LoadGenerator.run_stage``).
+    interval : float
+        ``load.interval``: seconds between a stage's end and the next stage's start (default
+        1.0, as inference-perf).
+
+    Notes
+    -----
+    ``constant`` is not evenly spaced: ``ConstantLoadTimer`` draws ``N`` exponential gaps of
+    mean ``1 / rate`` and rescales them to sum to ``duration``, so a stage's requests are a
+    Poisson process conditioned on ``N`` arrivals in the stage, the last exactly at its end.
+    ``poisson`` draws ``Poisson(rate)`` requests per 1-s window, each window spread the same
+    way (an empty window skipped), and takes the first ``N``.
+
+    Stage boundaries: inference-perf starts stage ``k + 1`` ``interval`` seconds after every
+    request of stage ``k`` has *finished* (it waits for the drain), and schedules from
+    :data:`INFERENCE_PERF_QUEUE_FILL_S` after a stage starts. Finishing times are the
+    simulator's output, not its input, so here a stage is taken to end when its last request is
+    *sent*: stage ``k + 1`` starts at (last send of stage ``k``) + ``interval``. That is the
+    real start when the server keeps up and a lower bound when it does not; to honour a true
+    drain, simulate each stage on its own (:meth:`stage_of` tells them apart) -- exact except
+    that the prefix cache then starts cold in each stage.
+    """
+
+    type: str
+    stages: tuple[tuple[float, float], ...]
+    interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.type not in ("constant", "poisson"):
+            raise ValueError(f"type must be 'constant' or 'poisson', got {self.type!r}")
+        if not self.stages:
+            raise ValueError("stages must list at least one (rate, duration)")
+        stages = tuple((check_positive(f"stages[{i}].rate", r),
+                        check_positive(f"stages[{i}].duration", d))
+                       for i, (r, d) in enumerate(self.stages))
+        object.__setattr__(self, "stages", stages)
+        object.__setattr__(self, "interval",
+                           check_positive("interval", self.interval, allow_zero=True))
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Requests per stage, ``int(rate * duration)``."""
+        return np.array([int(r * d) for r, d in self.stages], dtype=np.int64)
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.counts.sum())
+
+    def stage_of(self) -> np.ndarray:
+        """The stage index of each request, in send order."""
+        return np.repeat(np.arange(len(self.stages)), self.counts)
+
+    def sample(self, n: int | None = None, seed: SeedLike = None) -> np.ndarray:
+        """All :attr:`num_requests` send times in seconds (``n``, if given, must equal it)."""
+        if n is not None and check_int("n", n, 0) != self.num_requests:
+            raise ValueError(f"the stages send {self.num_requests} requests, not n = {n}")
+        rng = make_rng(seed)
+        out, start = [], 0.0
+        for (rate, duration), count in zip(self.stages, self.counts, strict=True):
+            t0 = start + INFERENCE_PERF_QUEUE_FILL_S
+            if self.type == "constant":
+                offsets = _normalised_gaps(int(count), duration, rng) if count else np.zeros(0)
+            else:
+                offsets = _poisson_offsets(rate, int(count), rng)
+            out.append(t0 + offsets)
+            start = (t0 + offsets[-1] if count else t0) + self.interval
+        return np.concatenate(out)
+
+
+ArrivalProcess = (PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedLoop
+                  | VllmBenchArrivals | InferencePerfArrivals)

@@ -1,13 +1,17 @@
 """Length distributions of prompts and outputs that carry their own moments.
 
-:class:`Fixed`, :class:`Uniform`, :class:`LogNormal` and :class:`Empirical`, all subclasses of
-:class:`LengthDist`: one object feeds both the sampler and the analytic formulas.
+:class:`Fixed`, :class:`Uniform`, :class:`LogNormal`, :class:`Empirical` and
+:class:`ShareGPTLength`, all subclasses of :class:`LengthDist`: one object feeds both the sampler
+and the analytic formulas. :class:`ShareGPTPairs` samples ShareGPT (prompt, output) pairs as
+``vllm bench serve --dataset-name sharegpt`` does.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
+from pathlib import Path
 
 import numpy as np
 from scipy import special
@@ -229,3 +233,154 @@ class Empirical(LengthDist):
     def sf(self, x: np.ndarray | float) -> np.ndarray:
         below = np.searchsorted(self._sorted, np.asarray(x, dtype=np.float64), side="right")
         return 1.0 - below / len(self.values)
+
+
+# --------------------------------------------------------------------------------------------------
+# ShareGPT as ``vllm bench serve --dataset-name sharegpt`` samples it
+# --------------------------------------------------------------------------------------------------
+
+SHAREGPT_FILE = Path(__file__).parent / "data" / "sharegpt_vllm_bench.npz"
+"""(prompt, output) token counts of the ShareGPT V3 conversations (built by
+``sim/data/build_sharegpt.py``; provenance in ``sharegpt_vllm_bench.provenance.json``)."""
+
+VLLM_MIN_LEN, VLLM_MAX_PROMPT_LEN, VLLM_MAX_TOTAL_LEN = 4, 1024, 2048
+"""The defaults of ``is_valid_sequence`` in ``vllm/benchmarks/datasets.py``."""
+
+
+def vllm_valid(prompt_len: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """Which (prompt, output) pairs ``vllm bench serve`` keeps (``is_valid_sequence``).
+
+    A pair is dropped if ``prompt_len < 4``, ``output_len < 4``, ``prompt_len > 1024`` or
+    ``prompt_len + output_len > 2048``.
+    """
+    p, o = np.asarray(prompt_len), np.asarray(output_len)
+    return ((p >= VLLM_MIN_LEN) & (o >= VLLM_MIN_LEN) & (p <= VLLM_MAX_PROMPT_LEN)
+            & (p + o <= VLLM_MAX_TOTAL_LEN))
+
+
+def _int_seed(seed: SeedLike) -> int:
+    """An ``int`` seed for Python's :mod:`random` (``None`` is vLLM's default ``--seed 0``)."""
+    if seed is None:
+        return 0
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return int(seed)
+    return int(make_rng(seed).integers(0, 2**32))
+
+
+@dataclass(frozen=True, eq=False)
+class ShareGPTPairs:
+    """Token counts of the first two turns of every ShareGPT conversation with >= 2 turns.
+
+    Parameters
+    ----------
+    prompt_len, output_len : int[m]
+        Tokens of turn 0 and turn 1 (the tokenizer's BOS included, as ``tokenizer(text)``
+        counts them), in file order, valid or not: the order vLLM shuffles.
+    """
+
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+
+    def __post_init__(self) -> None:
+        p = as_array("prompt_len", self.prompt_len, np.int64)
+        o = as_array("output_len", self.output_len, np.int64)
+        if len(p) != len(o):
+            raise ValueError(f"prompt_len has {len(p)} entries but output_len has {len(o)}")
+        object.__setattr__(self, "prompt_len", p)
+        object.__setattr__(self, "output_len", o)
+
+    @classmethod
+    def load(cls, path: str | Path = SHAREGPT_FILE) -> ShareGPTPairs:
+        """The shipped pairs (or another ``.npz`` with ``prompt_len`` and ``output_len``)."""
+        with np.load(path) as data:
+            return cls(data["prompt_len"], data["output_len"])
+
+    @cached_property
+    def valid(self) -> np.ndarray:
+        """The pairs vLLM keeps (:func:`vllm_valid`)."""
+        return vllm_valid(self.prompt_len, self.output_len)
+
+    def vllm_sample(self, n: int, seed: SeedLike = 0, *,
+                    oversample: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """``(prompt_len, output_len)`` of ``n`` requests, chosen as vLLM chooses them.
+
+        Notes
+        -----
+        ``ShareGPTDataset``: ``random.seed(seed); random.shuffle(data)``, then walk the shuffled
+        conversations and keep the first ``n`` valid ones; if fewer than ``n`` are valid,
+        ``maybe_oversample_requests`` reseeds and appends ``random.choice(kept)`` until there
+        are ``n`` (``--no-oversample``: ``oversample=False`` returns the shorter sample). Python's
+        :class:`random.Random` reproduces the same permutation and choices for an ``int``
+        seed; another seed kind is turned into an ``int`` first.
+        """
+        n = check_int("n", n, 0)
+        seed = _int_seed(seed)
+        order = list(range(len(self.prompt_len)))
+        random.Random(seed).shuffle(order)
+        order_arr = np.asarray(order, dtype=np.int64)
+        kept = order_arr[self.valid[order_arr]][:n]
+        if len(kept) < n and oversample:
+            if len(kept) == 0:
+                raise ValueError("no ShareGPT pair passes vLLM's length filters")
+            chooser = random.Random(seed)
+            extra = [kept[chooser.randrange(len(kept))] for _ in range(n - len(kept))]
+            kept = np.concatenate([kept, np.asarray(extra, dtype=np.int64)])
+        return self.prompt_len[kept], self.output_len[kept]
+
+
+@cache
+def sharegpt_pairs() -> ShareGPTPairs:
+    """The shipped ShareGPT pairs, read once."""
+    return ShareGPTPairs.load()
+
+
+@dataclass(frozen=True, eq=False)
+class ShareGPTLength(LengthDist):
+    """Prompt or output lengths of ShareGPT as ``vllm bench serve --dataset-name sharegpt``.
+
+    Parameters
+    ----------
+    column : {"prompt", "output"}
+        Which turn's token count.
+    pairs : ShareGPTPairs, optional
+        Default: the shipped data (:data:`SHAREGPT_FILE`).
+
+    Notes
+    -----
+    ``sample(n, seed)`` is one column of :meth:`ShareGPTPairs.vllm_sample`: without
+    replacement from the valid pairs while there are enough of them, so its marginal law is
+    the empirical law of the valid pairs, whose moments ``mean``, ``var`` and ``sf`` are.
+    Sample both columns with one :meth:`ShareGPTPairs.vllm_sample` call to keep the pairs.
+    """
+
+    column: str
+    pairs: ShareGPTPairs | None = None
+
+    def __post_init__(self) -> None:
+        if self.column not in ("prompt", "output"):
+            raise ValueError(f"column must be 'prompt' or 'output', got {self.column!r}")
+
+    @cached_property
+    def _pairs(self) -> ShareGPTPairs:
+        return self.pairs if self.pairs is not None else sharegpt_pairs()
+
+    @cached_property
+    def _values(self) -> Empirical:
+        p = self._pairs
+        col = p.prompt_len if self.column == "prompt" else p.output_len
+        return Empirical(col[p.valid])
+
+    @property
+    def mean(self) -> float:
+        return self._values.mean
+
+    @property
+    def var(self) -> float:
+        return self._values.var
+
+    def sf(self, x: np.ndarray | float) -> np.ndarray:
+        return self._values.sf(x)
+
+    def sample(self, n: int, seed: SeedLike = 0) -> np.ndarray:
+        prompt, output = self._pairs.vllm_sample(n, seed)
+        return prompt if self.column == "prompt" else output

@@ -49,6 +49,16 @@ class Requests:
         Tokens per hash block (Mooncake: 512). Required with ``hash_ids``.
     concurrency : int, optional
         Number of closed-loop clients; ``None`` for an open-loop workload.
+    warmup : int
+        The first ``warmup`` requests are warm-up requests (aiperf ``--warmup-request-count``):
+        they run like any other but the statistics leave them out (:mod:`.clients`).
+    timeout_s : float, optional
+        The client's timeout: a request whose end-to-end latency exceeds it counts as failed
+        in the statistics (the simulated server still serves it to the end).
+    client_delay_s : float64[n], optional
+        Closed loop only: seconds between the finish of a client's previous request and the
+        send of request ``i`` (think time); entries of the first ``concurrency`` requests are
+        unused. See :mod:`.clients` for what the compiled loop does with it.
 
     Raises
     ------
@@ -68,6 +78,9 @@ class Requests:
     hash_offsets: np.ndarray | None = None
     hash_block_size: int | None = None
     concurrency: int | None = None
+    warmup: int = 0
+    timeout_s: float | None = None
+    client_delay_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -94,6 +107,7 @@ class Requests:
                        f"closed-loop requests (concurrency={self.concurrency}) must have all "
                        "arrival_s NaN; the simulator sets them")
         self._validate_hashes(n)
+        self._validate_client(n)
 
     def _validate_hashes(self, n: int) -> None:
         given = [x is not None for x in (self.hash_ids, self.hash_offsets, self.hash_block_size)]
@@ -123,6 +137,23 @@ class Requests:
                              f"but prompt_len {self.prompt_len[i]} needs ceil(prompt_len / "
                              f"hash_block_size={self.hash_block_size}) = {need[i]}")
 
+    def _validate_client(self, n: int) -> None:
+        put = object.__setattr__
+        put(self, "warmup", check_int("warmup", self.warmup, 0))
+        if self.warmup > n:
+            raise ValueError(f"warmup = {self.warmup} exceeds the {n} requests")
+        if self.timeout_s is not None:
+            put(self, "timeout_s", check_positive("timeout_s", self.timeout_s))
+        if self.client_delay_s is not None:
+            if self.concurrency is None:
+                raise ValueError("client_delay_s needs a closed-loop workload (concurrency)")
+            d = as_array("client_delay_s", self.client_delay_s, np.float64)
+            if len(d) != n:
+                raise ValueError(f"client_delay_s has {len(d)} entries but arrival_s has {n}")
+            first_bad("client_delay_s", d, ~np.isfinite(d) | (d < 0),
+                      "delays must be finite and >= 0")
+            put(self, "client_delay_s", d)
+
     def __len__(self) -> int:
         return len(self.arrival_s)
 
@@ -150,14 +181,23 @@ class Requests:
         return self.hash_ids[self.hash_offsets[i]:self.hash_offsets[i + 1]]
 
     def take(self, index: slice | np.ndarray) -> Requests:
-        """Requests at ``index`` (a slice or integer array; arrivals must stay sorted)."""
+        """Requests at ``index`` (a slice or integer array; arrivals must stay sorted).
+
+        Warm-up requests taken must come first; ``warmup`` becomes their number.
+        """
         idx = np.arange(len(self), dtype=np.int64)[index]
-        hashes = {}
+        fields: dict = {}
         if self.hash_ids is not None:
-            ids, off = ragged_take(self.hash_ids, self.hash_offsets, idx)
-            hashes = dict(hash_ids=ids, hash_offsets=off)
+            fields["hash_ids"], fields["hash_offsets"] = ragged_take(
+                self.hash_ids, self.hash_offsets, idx)
+        if self.client_delay_s is not None:
+            fields["client_delay_s"] = self.client_delay_s[idx]
+        is_warmup = idx < self.warmup
+        warmup = int(is_warmup.sum())
+        if not is_warmup[:warmup].all():
+            raise ValueError("take: warm-up requests must stay the leading requests")
         return replace(self, arrival_s=self.arrival_s[idx], prompt_len=self.prompt_len[idx],
-                       output_len=self.output_len[idx], **hashes)
+                       output_len=self.output_len[idx], warmup=warmup, **fields)
 
     def with_arrivals(self, arrival_s: np.ndarray, concurrency: int | None = None) -> Requests:
         """The same requests with new arrival times (and closed-loop setting)."""
@@ -187,6 +227,10 @@ def tile_requests(requests: Requests, n: int, *, gap_s: float | None = None,
     distinct_hashes : bool
         If true (default), copy ``k`` adds ``k * (max hash id + 1)`` to its hash ids so that copies
         do not share prefix blocks with each other; if false, copies reuse the original ids.
+
+    Notes
+    -----
+    Warm-up requests stay those of the first copy.
     """
     n = check_int("n", n, 0)
     m = len(requests)
@@ -201,6 +245,8 @@ def tile_requests(requests: Requests, n: int, *, gap_s: float | None = None,
     fields = dict(arrival_s=np.tile(arr, reps) + np.repeat(np.arange(reps) * period, m),
                   prompt_len=np.tile(requests.prompt_len, reps),
                   output_len=np.tile(requests.output_len, reps))
+    if requests.client_delay_s is not None:
+        fields["client_delay_s"] = np.tile(requests.client_delay_s, reps)
     if requests.hash_ids is not None:
         ids, off = requests.hash_ids, requests.hash_offsets
         stride = int(ids.max()) + 1 if distinct_hashes and len(ids) else 0

@@ -4,6 +4,11 @@ One summary for every architecture: the headline metrics over completed requests
 the deployment has more than one role, the same load figures per role; for a
 disaggregated run also P99.9 latencies, transfer and decode-queueing statistics and the
 decode router's optimal-assignment ratios.
+
+Requests that failed (rejected at arrival because the prompt is ``max_model_len`` tokens or
+longer, or timed out by the client) are counted in ``failed`` with the reasons in
+``failed_reason``; they are left out of the latency percentiles (vLLM's benchmark does the
+same) but count against the SLO as misses (:func:`slo_verdict`).
 """
 
 from __future__ import annotations
@@ -13,15 +18,15 @@ import json
 import numpy as np
 import xarray as xr
 
-from .state import FINISHED_IGNORED, PREEMPTED
+from .clients import TIMEOUT_ATTR, client_outcome
+from .state import FINISHED_IGNORED
 
 PERCENTILES = (50, 90, 99)
 TAIL_PERCENTILES = (50, 99, 99.9)
 
 
 def _done(ds: xr.Dataset) -> np.ndarray:
-    status = ds["status"].values
-    return (status > PREEMPTED) & (status != FINISHED_IGNORED)
+    return client_outcome(ds).completed
 
 
 def _pct(x: np.ndarray, prefix: str, out: dict, levels=PERCENTILES) -> None:
@@ -40,14 +45,15 @@ def _busy_weighted(ds: xr.Dataset, var: str, mask) -> float:
 
 
 def _headline(ds: xr.Dataset, done: np.ndarray) -> dict:
-    status = ds["status"].values
-    arrival, finish = ds["arrival_s"].values, ds["finish_s"].values
+    outcome = client_outcome(ds)
+    arrival, finish = ds["arrival_s"].values[outcome.measured], ds["finish_s"].values
     out_len, prompt = ds["output_len"].values[done], ds["prompt_len"].values[done]
     start = float(np.nanmin(arrival)) if arrival.size else 0.0
     duration = float(np.nanmax(finish[done]) - start) if done.any() else 0.0
     s: dict = {
         "completed": int(done.sum()),
-        "failed": int((status == FINISHED_IGNORED).sum()),
+        "failed": int(outcome.failed.sum()),
+        "failed_reason": failure_reasons(ds, outcome),
         "duration_s": duration,
         "total_input_tokens": int(prompt.sum()),
         "total_output_tokens": int(out_len.sum()),
@@ -130,16 +136,43 @@ def summarize(ds: xr.Dataset, slo: dict | None = None) -> dict:
     return s
 
 
-def slo_verdict(ds: xr.Dataset, done: np.ndarray, slo: dict) -> dict:
-    """Whether the run meets ``slo`` (see :func:`summarize`)."""
-    ttft = ds["ttft_s"].values[done] * 1e3
-    tpot = ds["tpot_s"].values[done] * 1e3
+def meets_goals(ttft, tpot, ttft_goal=None, tpot_goal=None) -> np.ndarray:
+    """Which requests meet the goals (``ttft``/``tpot`` in the goals' unit). A request never
+    served (TTFT ``inf``: rejected or failed) misses every goal; a one-token output (TPOT
+    NaN) meets any TPOT goal."""
+    ttft, tpot = np.asarray(ttft, dtype=np.float64), np.asarray(tpot, dtype=np.float64)
+    ok = np.isfinite(ttft)
+    if ttft_goal is not None:
+        ok &= ttft <= ttft_goal
+    if tpot_goal is not None:
+        ok &= ~(tpot > tpot_goal)
+    return ok
+
+
+def latency_percentile(x: np.ndarray, p: float) -> float:
+    """Linear-interpolated percentile of the non-NaN ``x``; ``inf`` entries (failed
+    requests) count as larger than any latency."""
+    x = x[~np.isnan(x)]
+    if not x.size:
+        return float("nan")
+    with np.errstate(invalid="ignore"):
+        value = float(np.percentile(x, p))
+    return float("inf") if np.isnan(value) else value  # between two inf entries
+
+
+def slo_verdict(ds: xr.Dataset, done: np.ndarray, slo: dict,
+                failed: np.ndarray | None = None) -> dict:
+    """Whether the run meets ``slo`` (see :func:`summarize`). Failed requests (``failed``;
+    by default rejected or timed out, :func:`~serveplan.sim.clients.client_outcome`) count
+    as misses: their TTFT and TPOT are taken as infinite, so they lower ``slo_attainment``
+    and raise the SLO percentiles."""
+    if failed is None:
+        failed = client_outcome(ds).failed
+    missing = np.full(int(np.count_nonzero(failed)), np.inf)
+    ttft = np.concatenate([ds["ttft_s"].values[done] * 1e3, missing])
+    tpot = np.concatenate([ds["tpot_s"].values[done] * 1e3, missing])
     goal_ttft, goal_tpot = slo.get("ttft_ms"), slo.get("tpot_ms")
-    ok = np.ones(ttft.shape, dtype=bool)
-    if goal_ttft is not None:
-        ok &= ttft <= goal_ttft
-    if goal_tpot is not None:
-        ok &= ~(tpot > goal_tpot)  # NaN TPOT (1-token outputs) meets any TPOT goal
+    ok = meets_goals(ttft, tpot, goal_ttft, goal_tpot)
     out = {"slo_attainment": float(ok.mean()) if ok.size else float("nan")}
     if slo.get("attainment") is not None:
         out["slo_met"] = bool(ok.size and ok.mean() >= slo["attainment"])
@@ -147,13 +180,46 @@ def slo_verdict(ds: xr.Dataset, done: np.ndarray, slo: dict) -> dict:
     p = float(slo.get("percentile", 90))
     met = bool(ok.size)
     for name, x, goal in (("ttft", ttft, goal_ttft), ("tpot", tpot, goal_tpot)):
-        x = x[np.isfinite(x)]
-        value = float(np.percentile(x, p)) if x.size else float("nan")
+        value = latency_percentile(x, p)
         out[f"slo_p{p:g}_{name}_ms"] = value
         if goal is not None and not value <= goal:
             met = False
     out["slo_met"] = met
     return out
+
+
+def _max_model_len(ds: xr.Dataset) -> int | None:
+    """The smallest ``max_model_len`` of the run's instances, from ``attrs["resolved"]``."""
+    try:
+        resolved = json.loads(ds.attrs.get("resolved", "{}"))
+    except (TypeError, ValueError):
+        return None
+    found = [resolved.get("max_model_len")]
+    found += [v.get("max_model_len") for v in resolved.values() if isinstance(v, dict)]
+    for pool in resolved.get("pools", []) if isinstance(resolved.get("pools"), list) else []:
+        found.append(pool.get("max_model_len") if isinstance(pool, dict) else None)
+    found = [int(v) for v in found if isinstance(v, (int, float))]
+    return min(found) if found else None
+
+
+def failure_reasons(ds: xr.Dataset, outcome) -> str:
+    """Why the measured requests failed, with counts (empty if none did): prompts of
+    ``max_model_len`` tokens or more, rejected at arrival as by vLLM, and client timeouts."""
+    status = ds["status"].values
+    rejected = int(np.count_nonzero(outcome.measured & (status == FINISHED_IGNORED)))
+    timed_out = int(np.count_nonzero(outcome.measured & outcome.timed_out))
+    parts = []
+    if rejected:
+        limit = _max_model_len(ds)
+        shown = f"max_model_len={limit:,}" if limit is not None else "max_model_len"
+        parts.append(f"{rejected:,} rejected at arrival, prompt too long "
+                     f"(prompt_len >= {shown})")
+    if timed_out:
+        timeout = ds.attrs.get(TIMEOUT_ATTR)
+        parts.append(f"{timed_out:,} timed out (end-to-end latency > client timeout "
+                     f"{float(timeout):,.4g} s)" if timeout is not None else
+                     f"{timed_out:,} timed out")
+    return "; ".join(parts)
 
 
 def summary_json(summary: dict) -> str:
@@ -163,4 +229,5 @@ def summary_json(summary: dict) -> str:
     return json.dumps(clean, indent=2)
 
 
-__all__ = ["PERCENTILES", "slo_verdict", "summarize", "summary_json"]
+__all__ = ["PERCENTILES", "failure_reasons", "latency_percentile", "meets_goals", "slo_verdict",
+           "summarize", "summary_json"]

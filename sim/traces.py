@@ -12,10 +12,12 @@ columns plus the number of skipped bad lines; ``Trace.to_requests()`` gives the 
 :class:`~serveplan.sim.workload.Requests` and ``Trace.prompt_dist()`` / ``output_dist()`` give
 empirical length distributions.
 
-Bad lines (wrong field count, a value that is not a positive integer, an unparsable timestamp,
-invalid JSON, hash ids inconsistent with the prompt length) raise :class:`TraceError` with the file,
-the 1-based line number and what is wrong; with ``skip_bad_lines=True`` they are skipped and counted
-instead. Blank lines are ignored. ``limit`` stops after that many good requests. CSV files are split
+Bad lines (wrong field count, a value that is not a positive integer -- a negative token count
+is named as such --, an unparsable timestamp, invalid JSON, hash ids inconsistent with the prompt
+length) raise :class:`TraceError` with the file, the 1-based line number and what is wrong; with
+``skip_bad_lines=True`` they are skipped and counted instead. Timestamps must not go back in file
+order: the first one earlier than the line before it raises :class:`TraceError` naming both lines,
+with or without ``skip_bad_lines`` (a trace out of order is not a bad line to drop). Blank lines are ignored. ``limit`` stops after that many good requests. CSV files are split
 line by line in Python and converted column-wise with numpy/pandas in chunks (about 1 s per million
 lines); fields must not contain quoted commas.
 """
@@ -35,6 +37,7 @@ from .lengths import Empirical
 from .requests import MOONCAKE_BLOCK_SIZE, Requests, ragged_take
 
 _CHUNK_LINES = 1 << 16
+LINE = "_line"  # the line-number column of a line-by-line CSV read
 _MAX_EXAMPLES = 10
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -104,7 +107,8 @@ class Trace:
 
         Notes
         -----
-        Requests are stably sorted by arrival time if the file is not.
+        Requests are stably sorted by arrival time if ``arrival_s`` is not (the readers
+        reject files whose timestamps are out of order).
         """
         if arrival_s is None:
             if self.arrival_s is None:
@@ -175,8 +179,9 @@ def _count_values(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _count_problem(raw: str) -> str:
     s = raw.strip()
-    if s.isdecimal() and len(s) <= 18:
-        return f"{raw!r} must be >= 1"
+    digits = s[1:] if s[:1] in "+-" else s
+    if digits.isdecimal() and len(digits) <= 18:
+        return f"{raw!r} must be >= 1 (a token count)"
     return f"{raw!r} is not an integer"
 
 
@@ -232,7 +237,7 @@ def _read_csv(path: Path, kinds: dict[str, str], optional: tuple[str, ...], limi
 
 def _read_csv_lines(path: Path, kinds: dict[str, str], cols: list[str], pos: list[int],
                     width: int, limit: int | None, bad: _BadLines) -> dict[str, np.ndarray]:
-    out: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+    out: dict[str, list[np.ndarray]] = {c: [] for c in [*cols, LINE]}
     have = 0
     rows: list[list[str]] = []
     linenos: list[int] = []
@@ -252,6 +257,7 @@ def _read_csv_lines(path: Path, kinds: dict[str, str], cols: list[str], pos: lis
             keep = keep[: limit - have]
         for c in cols:
             out[c].append(converted[c][0][keep])
+        out[LINE].append(np.asarray(linenos, dtype=np.int64)[keep])
         have += len(keep)
         rows, linenos = [], []
 
@@ -277,6 +283,46 @@ def _read_csv_lines(path: Path, kinds: dict[str, str], cols: list[str], pos: lis
                 flush()
         flush()
     return {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in out.items()}
+
+
+def _nonblank_lines(path: Path, first: int, n: int) -> np.ndarray:
+    """Line numbers of the first ``n`` non-blank lines from line ``first`` (1-based): the rows
+    a clean file's fast parse returned."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if lineno >= first and line.strip():
+                out.append(lineno)
+                if len(out) == n:
+                    break
+    return np.asarray(out, dtype=np.int64)
+
+
+def _number(v) -> str:
+    return repr(float(v))
+
+
+def _check_sorted(path: Path, t: np.ndarray, lines, what: str, show) -> None:
+    """Raise :class:`TraceError` at the first row earlier than the row before it.
+
+    ``lines`` is the rows' line numbers, or a callable giving them (only called on error).
+    """
+    if len(t) < 2:
+        return
+    back = t[1:] < t[:-1]
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        lines = lines() if callable(lines) else lines
+        raise TraceError(f"{path} line {lines[i]}: {what} {show(t[i])} is earlier than "
+                         f"{show(t[i - 1])} on line {lines[i - 1]}; the trace must be sorted "
+                         "by time")
+
+
+def _csv_lines(path: Path, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Line numbers of the rows of :func:`_read_csv` (the header is line 1)."""
+    if LINE in cols:
+        return cols[LINE]
+    return _nonblank_lines(path, 2, len(next(iter(cols.values()))))
 
 
 def _relative_seconds(t: np.ndarray, per_second: float) -> np.ndarray:
@@ -311,6 +357,8 @@ def read_azure(path: str | Path, *, limit: int | None = None,
     path, bad = _existing(path), _BadLines(Path(path), skip_bad_lines)
     kinds = dict(zip(AZURE_COLUMNS, ("time", "count", "count"), strict=True))
     cols = _read_csv(path, kinds, (), _check_limit(limit), bad)
+    _check_sorted(path, cols["TIMESTAMP"], lambda: _csv_lines(path, cols), "TIMESTAMP",
+                  lambda v: repr(str(np.datetime64(int(v), "ns"))))
     return Trace(path, cols["ContextTokens"], cols["GeneratedTokens"],
                  _relative_seconds(cols["TIMESTAMP"], 1e9),
                  skipped_lines=bad.count, skipped_examples=tuple(bad.examples))
@@ -329,6 +377,8 @@ def read_vidur(path: str | Path, *, limit: int | None = None,
     kinds = {"arrived_at": "seconds", "num_prefill_tokens": "count", "num_decode_tokens": "count"}
     cols = _read_csv(path, kinds, ("arrived_at",), _check_limit(limit), bad)
     arrival = cols.get("arrived_at")
+    if arrival is not None:
+        _check_sorted(path, arrival, lambda: _csv_lines(path, cols), "arrived_at", _number)
     return Trace(path, cols["num_prefill_tokens"], cols["num_decode_tokens"],
                  None if arrival is None else _relative_seconds(arrival, 1.0),
                  skipped_lines=bad.count, skipped_examples=tuple(bad.examples))
@@ -425,9 +475,12 @@ def read_mooncake(path: str | Path, *, limit: int | None = None, skip_bad_lines:
     fast = _read_mooncake_fast(path, limit, block_size)
     if fast is not None:
         ts, inp, out, ids, offsets = fast
+        _check_sorted(path, ts, lambda: _nonblank_lines(path, 1, len(ts)), "timestamp",
+                      _number)
         return Trace(path, inp, out, _relative_seconds(ts, 1e3), hash_ids=ids,
                      hash_offsets=offsets, hash_block_size=block_size)
-    ts, lens, hashes = _read_mooncake_lines(path, limit, block_size, bad)
+    ts, lens, hashes, lines = _read_mooncake_lines(path, limit, block_size, bad)
+    _check_sorted(path, np.asarray(ts, dtype=np.float64), lines, "timestamp", _number)
     return _mooncake_trace(path, ts, lens, hashes, block_size, bad)
 
 
@@ -453,7 +506,8 @@ def _check_first_record(path: Path, rec: dict, lineno: int) -> None:
 
 def _read_mooncake_lines(path: Path, limit: int | None, block_size: int, bad: _BadLines):
     """The good records of a Mooncake file read line by line: ``(timestamps, (input, output)
-    lengths, hash id lists)``; bad lines go to ``bad``."""
+    lengths, hash id lists, line numbers)``; bad lines go to ``bad``."""
+    lines: list[int] = []
     ts: list[float] = []
     lens: list[tuple[int, int]] = []
     hashes: list[list[int]] = []
@@ -474,10 +528,11 @@ def _read_mooncake_lines(path: Path, limit: int | None, block_size: int, bad: _B
             if problem is not None:
                 bad(lineno, problem)
                 continue
+            lines.append(lineno)
             ts.append(rec["timestamp"])
             lens.append((rec["input_length"], rec["output_length"]))
             hashes.append(rec["hash_ids"])
-    return ts, lens, hashes
+    return ts, lens, hashes, lines
 
 
 def _mooncake_trace(path: Path, ts: list[float], lens: list[tuple[int, int]],

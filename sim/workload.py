@@ -8,11 +8,13 @@ Building blocks, all seeded explicitly (an ``int``, a :class:`numpy.random.SeedS
 :class:`numpy.random.Generator`; never global random state):
 
 * arrival processes (:mod:`.arrivals`) -- :class:`PoissonArrivals`, :class:`GammaArrivals`,
-  :class:`ConstantArrivals`, :class:`TraceArrivals` and the closed-loop marker :class:`ClosedLoop`;
+  :class:`ConstantArrivals`, :class:`TraceArrivals`, the benchmark clients' schedules
+  :class:`VllmBenchArrivals` and :class:`InferencePerfArrivals`, and the closed-loop marker
+  :class:`ClosedLoop`;
 * length distributions that carry their moments (:mod:`.lengths`) -- :class:`Fixed`,
-  :class:`Uniform`, :class:`LogNormal`, :class:`Empirical`;
-* synthetic shared prefixes (:mod:`.shared_prefixes`) -- :class:`PrefixSharing`,
-  :func:`synthetic_prefix_hashes`;
+  :class:`Uniform`, :class:`LogNormal`, :class:`Empirical`, :class:`ShareGPTLength`;
+* synthetic shared prefixes and prompt pools (:mod:`.shared_prefixes`) -- :class:`PrefixSharing`,
+  :func:`synthetic_prefix_hashes`, :class:`PromptPool`;
 * the container :class:`Requests` and :func:`tile_requests`, which repeats a trace
   (:mod:`.requests`);
 * :func:`generate_requests` (here) ties them together.
@@ -21,54 +23,107 @@ This module re-exports the public names of all of them: import from here.
 
 Common random numbers: every renewal process draws a *unit-rate* pattern (mean inter-arrival 1 s)
 that does not depend on the rate, and ``sample(n, seed) == unit_pattern(n, seed) / rate`` bit for
-bit. :func:`generate_requests` draws arrivals, prompt lengths, output lengths and prefix groups from
-four independent child streams of the seed, so calling it with the same seed at another rate gives
-the same lengths and the same arrival pattern, only scaled -- what a goodput bisection needs.
+bit. :func:`generate_requests` draws arrivals, prompt lengths, output lengths, prefix groups, pool
+order and think times from independent child streams of the seed, so calling it with the same seed
+at another rate gives the same lengths and the same arrival pattern, only scaled -- what a goodput
+bisection needs.
 """
 
 from __future__ import annotations
 
-from ._checks import SeedLike, check_int, make_rng
+import numpy as np
+
+from ._checks import SeedLike, as_array, check_int, make_rng
 from .arrivals import (
     ArrivalProcess,
     ClosedLoop,
     ConstantArrivals,
     GammaArrivals,
+    InferencePerfArrivals,
     PoissonArrivals,
     TraceArrivals,
+    VllmBenchArrivals,
     scale_pattern,
 )
-from .lengths import Empirical, Fixed, LengthDist, LogNormal, Uniform
+from .lengths import (
+    Empirical,
+    Fixed,
+    LengthDist,
+    LogNormal,
+    ShareGPTLength,
+    ShareGPTPairs,
+    Uniform,
+    sharegpt_pairs,
+)
 from .requests import MOONCAKE_BLOCK_SIZE, Requests, closed_loop_predecessor, tile_requests
-from .shared_prefixes import PrefixSharing, synthetic_prefix_hashes
+from .shared_prefixes import PrefixSharing, PromptPool, pooled_hashes, synthetic_prefix_hashes
 
 __all__ = [
     "MOONCAKE_BLOCK_SIZE", "ArrivalProcess", "ClosedLoop", "ConstantArrivals", "Empirical", "Fixed",
-    "GammaArrivals", "LengthDist", "LogNormal", "PoissonArrivals", "PrefixSharing", "Requests",
-    "SeedLike", "TraceArrivals", "Uniform", "closed_loop_predecessor", "generate_requests",
-    "scale_pattern", "synthetic_prefix_hashes", "tile_requests",
+    "GammaArrivals", "InferencePerfArrivals", "LengthDist", "LogNormal", "PoissonArrivals",
+    "PrefixSharing", "PromptPool", "Requests", "SeedLike", "ShareGPTLength", "ShareGPTPairs",
+    "TraceArrivals", "Uniform", "VllmBenchArrivals", "closed_loop_predecessor",
+    "generate_requests", "scale_pattern", "sharegpt_pairs", "synthetic_prefix_hashes",
+    "tile_requests",
 ]
 
+Lengths = LengthDist | np.ndarray
+"""A length distribution, or the lengths themselves (one per distinct prompt drawn)."""
 
-def generate_requests(n: int, arrivals: ArrivalProcess, prompt_len: LengthDist,
-                      output_len: LengthDist, seed: SeedLike = None, *,
-                      prefix: PrefixSharing | None = None) -> Requests:
+
+def _lengths(name: str, spec: Lengths, m: int, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(spec, LengthDist):
+        return spec.sample(m, rng)
+    a = as_array(name, spec, np.int64)
+    if len(a) != m:
+        raise ValueError(f"{name} gives {len(a)} lengths but {m} prompts are drawn")
+    return a
+
+
+def _hashes(prompt: np.ndarray, group: np.ndarray, prefix: PrefixSharing | None,
+            pool: PromptPool | None, index: np.ndarray | None) -> dict:
+    """Hash-id fields of :class:`Requests` (none without a prefix or a pool)."""
+    prefix_len = 0 if prefix is None else prefix.prefix_len
+    if pool is not None:
+        if prefix is not None and prefix.block_size != pool.block_size:
+            raise ValueError(f"prefix.block_size = {prefix.block_size} but pool.block_size = "
+                             f"{pool.block_size}; hash both at the engine's block size")
+        ids, off = pooled_hashes(prompt, group, prefix_len, pool.block_size, index)
+        return dict(hash_ids=ids, hash_offsets=off, hash_block_size=pool.block_size)
+    if prefix is None:
+        return {}
+    ids, off = synthetic_prefix_hashes(prompt, group, prefix_len, prefix.block_size)
+    return dict(hash_ids=ids, hash_offsets=off, hash_block_size=prefix.block_size)
+
+
+def generate_requests(n: int, arrivals: ArrivalProcess, prompt_len: Lengths,
+                      output_len: Lengths, seed: SeedLike = None, *,
+                      prefix: PrefixSharing | None = None, pool: PromptPool | None = None,
+                      warmup: int = 0, timeout_s: float | None = None) -> Requests:
     """Draw ``n`` synthetic requests.
 
     Parameters
     ----------
     n : int
-        Number of requests.
-    arrivals : PoissonArrivals, GammaArrivals, ConstantArrivals, TraceArrivals or ClosedLoop
-        Arrival process; :class:`ClosedLoop` gives NaN arrivals and sets ``concurrency``.
-    prompt_len, output_len : LengthDist
-        Length distributions (``prefix.prefix_len`` is added to the prompt when given).
+        Number of requests (warm-up included).
+    arrivals : an arrival process
+        :class:`ClosedLoop` gives NaN arrivals, sets ``concurrency`` and, with think time,
+        ``client_delay_s``.
+    prompt_len, output_len : LengthDist or int array
+        Length distributions, or the lengths themselves (``n`` of them, or one per pool entry);
+        ``prefix.prefix_len`` is added to the prompt when given.
     seed : int, SeedSequence or Generator
-        Randomness. Arrivals, prompt lengths, output lengths and prefix groups come from four
-        independent child streams (``Generator.spawn``), so changing one component (e.g. the rate
-        or the arrival process) leaves the others unchanged for the same seed.
+        Randomness. Arrivals, prompt lengths, output lengths, prefix groups, pool order and
+        think times come from six independent child streams (``Generator.spawn``), so changing
+        one component (e.g. the rate or the arrival process) leaves the others unchanged.
     prefix : PrefixSharing, optional
-        Synthetic shared prefixes; without it the requests carry no hash ids.
+        Synthetic shared prefixes.
+    pool : PromptPool, optional
+        Draw ``pool.num_dataset_entries`` prompts once and cycle the requests through them.
+    warmup, timeout_s
+        As in :class:`Requests` (aiperf ``--warmup-request-count``; the client's timeout).
+
+    Without a prefix or a pool the requests carry no hash ids.
 
     Examples
     --------
@@ -79,15 +134,21 @@ def generate_requests(n: int, arrivals: ArrivalProcess, prompt_len: LengthDist,
     (True, True)
     """
     n = check_int("n", n, 0)
-    rng_arr, rng_in, rng_out, rng_grp = make_rng(seed).spawn(4)
-    prompt = prompt_len.sample(n, rng_in)
-    hashes: dict = {}
+    rng_arr, rng_in, rng_out, rng_grp, rng_pool, rng_think = make_rng(seed).spawn(6)
+    m = n if pool is None else pool.num_dataset_entries
+    prompt = _lengths("prompt_len", prompt_len, m, rng_in)
+    output = _lengths("output_len", output_len, m, rng_out)
+    group = np.full(m, -1, dtype=np.int64)
     if prefix is not None:
         prompt = prompt + prefix.prefix_len
-        group = rng_grp.integers(0, prefix.num_groups, n)
-        ids, off = synthetic_prefix_hashes(prompt, group, prefix.prefix_len, prefix.block_size)
-        hashes = dict(hash_ids=ids, hash_offsets=off, hash_block_size=prefix.block_size)
+        group = rng_grp.integers(0, prefix.num_groups, m)
+    index = None if pool is None else pool.pool_indices(n, rng_pool)
+    hashes = _hashes(prompt, group, prefix, pool, index)
+    if index is not None:
+        prompt, output = prompt[index], output[index]
     closed = isinstance(arrivals, ClosedLoop)
-    return Requests(arrival_s=arrivals.sample(n, rng_arr), prompt_len=prompt,
-                    output_len=output_len.sample(n, rng_out),
-                    concurrency=arrivals.concurrency if closed else None, **hashes)
+    return Requests(arrival_s=arrivals.sample(n, rng_arr), prompt_len=prompt, output_len=output,
+                    concurrency=arrivals.concurrency if closed else None, warmup=warmup,
+                    timeout_s=timeout_s,
+                    client_delay_s=arrivals.client_delays(n, rng_think) if closed else None,
+                    **hashes)

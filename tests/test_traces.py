@@ -222,3 +222,56 @@ def test_real_trace_tiles_to_many_requests():
     big = tile_requests(r, 3 * len(r) + 5)
     assert len(big) == 3 * len(r) + 5 and np.all(np.diff(big.arrival_s) >= 0)
     assert big.hash_ids[big.hash_offsets[len(r)]] == r.hash_ids[0] + r.hash_ids.max() + 1
+
+
+# --- negative counts and time order --------------------------------------------------------------
+
+
+def _azure_lines() -> list[str]:
+    return (FIXTURES / "azure_conv_head.csv").read_text().splitlines()
+
+
+def test_negative_token_count_is_named_with_field_file_and_line(tmp_path):
+    lines = _azure_lines()
+    lines[3] = lines[3].replace(",879,", ",-879,")  # file line 4
+    path = tmp_path / "azure_negative.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_azure(path)
+    assert str(err.value) == f"{path} line 4: ContextTokens '-879' must be >= 1 (a token count)"
+
+
+@pytest.mark.parametrize("blank_after, bad_line", [(None, None), (2, None), (None, 2)])
+def test_unsorted_azure_names_the_line(tmp_path, blank_after, bad_line):
+    lines = _azure_lines()
+    lines[2], lines[3] = lines[3], lines[2]  # line 4 (18:15:50.99) now follows 18:15:51.22
+    expect = 4
+    if bad_line is not None:  # a skipped bad line forces the line-by-line reader
+        lines[bad_line - 1] = lines[bad_line - 1].rsplit(",", 1)[0] + ",abc"
+    if blank_after is not None:  # a blank line shifts the rows the fast reader returns
+        lines.insert(blank_after, "")
+        expect += 1
+    path = tmp_path / "azure_unsorted.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_azure(path, skip_bad_lines=bad_line is not None)
+    assert str(err.value) == (
+        f"{path} line {expect}: TIMESTAMP '2023-11-16T18:15:50.995169000' is earlier than "
+        f"'2023-11-16T18:15:51.222467000' on line {expect - 1}; the trace must be sorted by time")
+
+
+@pytest.mark.parametrize("bad_first", [False, True])
+def test_unsorted_mooncake_names_the_line(tmp_path, bad_first):
+    records = [json.loads(x) for x in (FIXTURES / "mooncake_conv_head.jsonl").read_text()
+               .splitlines()[:4]]
+    for rec, t in zip(records, (0, 5000, 9000, 7000), strict=True):
+        rec["timestamp"] = t
+    lines = [json.dumps(r) for r in records]
+    if bad_first:  # a skipped bad line forces the line-by-line reader
+        lines.insert(1, "{oops")
+    path = tmp_path / "mooncake_unsorted.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    line = 5 if bad_first else 4
+    with pytest.raises(TraceError, match=rf"line {line}: timestamp 7000.0 is earlier than "
+                                         rf"9000.0 on line {line - 1}"):
+        read_mooncake(path, skip_bad_lines=bad_first)

@@ -263,3 +263,24 @@ def test_tile_requests_can_reuse_hashes_and_set_gap():
 
 def test_docstring_examples():
     assert doctest.testmod(workload, raise_on_error=True).attempted >= 1
+
+
+def test_streams_are_the_first_children_of_the_seed():
+    # arrivals, prompts, outputs and prefix groups are children 0..3 of the seed, as before the
+    # pool-order and think-time streams (children 4, 5) were added: old seeds draw the same
+    kids = np.random.default_rng(21).spawn(4)
+    r = generate_requests(30, PoissonArrivals(3.0), Uniform(1, 50), Uniform(1, 9), 21,
+                          prefix=PrefixSharing(3, 16, 16))
+    np.testing.assert_array_equal(r.arrival_s, PoissonArrivals(3.0).sample(30, kids[0]))
+    np.testing.assert_array_equal(r.prompt_len, Uniform(1, 50).sample(30, kids[1]) + 16)
+    np.testing.assert_array_equal(r.output_len, Uniform(1, 9).sample(30, kids[2]))
+    group = kids[3].integers(0, 3, 30)
+    np.testing.assert_array_equal(r.hash_ids[r.hash_offsets[:-1]], group)  # block 0 = group
+
+
+def test_generate_requests_takes_given_lengths():
+    r = generate_requests(3, ConstantArrivals(1.0), np.array([5, 6, 7]), np.array([1, 2, 3]), 0)
+    np.testing.assert_array_equal(r.prompt_len, [5, 6, 7])
+    np.testing.assert_array_equal(r.arrival_s, [0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match="prompt_len gives 2 lengths but 3 prompts are drawn"):
+        generate_requests(3, ConstantArrivals(1.0), np.array([5, 6]), Fixed(1), 0)

@@ -1,0 +1,206 @@
+"""What benchmark clients do, and the requests a workload config asks for.
+
+A real benchmark is a client program with habits; the simulator reproduces these:
+
+=====================================  ==================================================
+client behaviour                       here
+=====================================  ==================================================
+aiperf / genai-perf ``--concurrency``   ``kind: closed-loop`` (:class:`.ClosedLoop`): each
+                                       client sends its next request when its previous
+                                       one finishes
+aiperf ``--warmup-request-count``       ``warmup_request_count``: the first requests run
+                                       and are left out of every statistic
+think time between a client's           ``think_time_s`` + exponential
+requests                               ``think_time_jitter_s`` (``Requests.client_delay_s``)
+``vllm bench serve --request-rate``     ``kind: vllm-bench-serve`` (:class:`.VllmBenchArrivals`)
+``--burstiness``, ``--max-concurrency``
+inference-perf ``load.type``            ``kind: inference-perf`` (:class:`.InferencePerfArrivals`)
+``constant`` / ``poisson``, ``stages``
+``--random-prefix-len``;                ``prefix: {num_groups, prefix_len}`` (aliases
+aiperf ``--num-prefix-prompts``,        ``num_prefix_prompts``, ``prefix_prompt_length``,
+``--prefix-prompt-length``              ``random_prefix_len``)
+aiperf ``--num-dataset-entries``,       ``num_dataset_entries``, ``dataset_sampling_strategy``
+``--dataset-sampling-strategy``         (:class:`.PromptPool`)
+a client timeout (aiperf                ``request_timeout_s``: a request slower end to end
+``--request-timeout-seconds``,          counts as failed
+inference-perf ``load.request_timeout``)
+``--dataset-name sharegpt``             ``isl: {dist: sharegpt}``, ``osl: {dist: sharegpt}``
+                                       (:class:`.ShareGPTPairs`)
+=====================================  ==================================================
+
+Statistics (:func:`client_outcome`, read by :mod:`.summary`): the Dataset's attributes
+``warmup_requests`` and ``client_timeout_s`` (from :func:`client_attrs`) say which requests are
+warm-up (the leading ones) and which timed out. A timed-out request counts as failed and its
+latencies are left out, as a client that gave up never sees them; the simulated server still
+serves it to its last token, as a server that does not notice the disconnect would (vLLM aborts
+a request whose client disconnects, freeing its KV blocks earlier than simulated here).
+
+Two client habits need the compiled loop, which does not have them yet:
+
+* think time: ``Requests.client_delay_s`` holds each request's delay, but releasing request
+  ``k`` at ``finish(k - concurrency) + client_delay_s[k]`` needs a future event (the loop
+  releases the next request of a client at the finish itself, ``lifecycle.release_next``), so
+  :func:`build_requests` refuses a non-zero think time for now;
+* a timed-out closed-loop client sends its next request at the timeout, not at the finish.
+
+Warm-up is approximated: aiperf waits for every warm-up response before its profiling phase
+starts; here the profiling requests follow the warm-up ones without that barrier.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import replace
+
+import numpy as np
+import xarray as xr
+
+from . import traces
+from . import workload as W
+from .state import FINISHED_IGNORED, PREEMPTED
+
+WARMUP_ATTR = "warmup_requests"
+TIMEOUT_ATTR = "client_timeout_s"
+
+Outcome = namedtuple("Outcome", ["measured", "completed", "failed", "timed_out"])
+"""Per-request masks: measured (not warm-up); completed (measured, finished, not rejected, not
+timed out); failed (measured and rejected or timed out); timed out."""
+
+
+# ----------------------------------------------------------------------------- statistics
+def client_attrs(requests: W.Requests) -> dict:
+    """Dataset attributes that tell the statistics about warm-up and the client timeout."""
+    out = {WARMUP_ATTR: int(requests.warmup)}
+    if requests.timeout_s is not None:
+        out[TIMEOUT_ATTR] = float(requests.timeout_s)
+    return out
+
+
+def client_outcome(ds: xr.Dataset) -> Outcome:
+    """Which requests count, completed or failed (module docstring)."""
+    status = ds["status"].values
+    n = status.shape[0]
+    measured = np.arange(n) >= int(ds.attrs.get(WARMUP_ATTR, 0))
+    finished = (status > PREEMPTED) & (status != FINISHED_IGNORED)
+    timeout = ds.attrs.get(TIMEOUT_ATTR)
+    timed_out = np.zeros(n, dtype=bool)
+    if timeout is not None:
+        timed_out = finished & (ds["e2e_s"].values > float(timeout))
+    return Outcome(measured, measured & finished & ~timed_out,
+                   measured & ((status == FINISHED_IGNORED) | timed_out), timed_out)
+
+
+# ----------------------------------------------------------------------------- lengths
+def length_dist(spec) -> W.LengthDist:
+    """The sampler for a length spec of :mod:`serveplan.config` (an int is a fixed length)."""
+    if isinstance(spec, int):
+        return W.Fixed(spec)
+    dist = spec.dist
+    if dist == "fixed":
+        return W.Fixed(spec.value)
+    if dist == "uniform":
+        return W.Uniform(spec.low, spec.high)
+    if dist == "lognormal":
+        if spec.mean is not None:
+            return W.LogNormal.from_mean(spec.mean, spec.sigma, spec.max)
+        return W.LogNormal(spec.median, spec.sigma, spec.max)
+    if dist == "trace":
+        tr = traces.read_trace(spec.path, skip_bad_lines=spec.skip_bad_lines)
+        return tr.prompt_dist() if spec.column == "prompt" else tr.output_dist()
+    if dist == "sharegpt":
+        return W.ShareGPTLength(spec.column)
+    raise TypeError(f"unknown length spec {spec!r}")
+
+
+def _draws(w, m: int, seed: int) -> tuple:
+    """Prompt and output lengths (distributions, or arrays of ``m``: ShareGPT pairs)."""
+    prompt, output = length_dist(w.isl), length_dist(w.osl)
+    if (isinstance(prompt, W.ShareGPTLength) and isinstance(output, W.ShareGPTLength)
+            and (prompt.column, output.column) == ("prompt", "output")):
+        return W.sharegpt_pairs().vllm_sample(m, seed)
+    return prompt, output
+
+
+# ----------------------------------------------------------------------------- arrivals
+def _vllm_bench(w):
+    if w.max_concurrency is None:
+        return W.VllmBenchArrivals(w.rate, w.burstiness)
+    if np.isfinite(w.rate):
+        raise ValueError("workload.max_concurrency with a finite request_rate: the client "
+                         "semaphore that holds scheduled requests back is not simulated; use "
+                         "request_rate: .inf (a closed loop) or drop max_concurrency")
+    return W.ClosedLoop(w.max_concurrency)
+
+
+def _closed_loop(w):
+    if w.think_time_s or w.think_time_jitter_s:
+        raise ValueError("workload.think_time_s / think_time_jitter_s: the simulator's closed "
+                         "loop does not apply think times yet (serveplan.sim.clients)")
+    return W.ClosedLoop(w.concurrency)
+
+
+_ARRIVALS = {
+    "poisson": lambda w: W.PoissonArrivals(w.rate),
+    "gamma": lambda w: W.GammaArrivals(w.rate, w.cv),
+    "constant": lambda w: W.ConstantArrivals(w.rate),
+    "closed-loop": _closed_loop,
+    "vllm-bench-serve": _vllm_bench,
+    "inference-perf": lambda w: W.InferencePerfArrivals(
+        w.type, tuple((s.rate, s.duration) for s in w.stages), w.interval),
+}
+
+
+# ----------------------------------------------------------------------------- requests
+def build_requests(spec, seed: int = 0, *, block_size: int = 16) -> W.Requests:
+    """Draw (or read) the requests of a workload config (:mod:`serveplan.config`).
+
+    Synthetic shared prefixes and prompt pools are hashed at ``block_size`` (the engine's).
+    """
+    if spec.kind == "trace":
+        return _trace_requests(spec, seed)
+    if spec.kind not in _ARRIVALS:
+        raise TypeError(f"unknown workload kind {spec.kind!r}")
+    arrivals = _ARRIVALS[spec.kind](spec)
+    n = arrivals.num_requests if spec.kind == "inference-perf" else spec.num_requests
+    _check_warmup(spec, n)
+    prefix = pool = None
+    if spec.prefix is not None:
+        prefix = W.PrefixSharing(spec.prefix.num_groups, spec.prefix.prefix_len, block_size)
+    if spec.num_dataset_entries is not None:
+        pool = W.PromptPool(spec.num_dataset_entries, spec.dataset_sampling_strategy, block_size)
+    prompt, output = _draws(spec, n if pool is None else pool.num_dataset_entries, seed)
+    return W.generate_requests(n, arrivals, prompt, output, seed, prefix=prefix, pool=pool,
+                               warmup=spec.warmup_request_count,
+                               timeout_s=spec.request_timeout_s)
+
+
+def _check_warmup(spec, n: int) -> None:
+    if spec.warmup_request_count >= n:
+        raise ValueError(f"workload.warmup_request_count = {spec.warmup_request_count} leaves "
+                         f"none of the {n} requests to measure")
+
+
+def _trace_requests(w, seed: int) -> W.Requests:
+    tr = traces.read_trace(w.path, limit=w.num_requests, skip_bad_lines=w.skip_bad_lines)
+    if len(tr) == 0:
+        raise ValueError(f"{w.path}: no requests read")
+    n = w.num_requests or len(tr)
+    if n > len(tr) and not w.repeat:
+        raise ValueError(f"workload.num_requests = {n} but {w.path} has only {len(tr)} "
+                         "requests; set workload.repeat: true to replay it again after its end")
+    _check_warmup(w, n)
+    if w.arrival == "trace":
+        if tr.arrival_s is None:
+            raise ValueError(f"{w.path} has no timestamps; set workload.arrival to poisson, "
+                             "gamma or constant and give a rate")
+        req = tr.to_requests(time_scale=w.time_scale, rate=w.rate)
+        req = W.tile_requests(req, n) if n > len(req) else req
+    else:
+        req = tr.to_requests(arrival_s=np.zeros(len(tr)))
+        req = W.tile_requests(req, n, gap_s=0.0) if n > len(req) else req.take(slice(0, n))
+        req = req.with_arrivals(_ARRIVALS[w.arrival](w).sample(n, seed))
+    return replace(req, warmup=w.warmup_request_count, timeout_s=w.request_timeout_s)
+
+
+__all__ = ["TIMEOUT_ATTR", "WARMUP_ATTR", "Outcome", "build_requests", "client_attrs",
+           "client_outcome", "length_dist"]
