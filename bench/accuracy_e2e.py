@@ -66,7 +66,7 @@ def lomo(rows, resolved, rounds, every=1):
             folds.append({"engine": engine, "held_out": m, **summ})
         idx_fit = idx[::every]
         terms, summ = fit_on([rows[k] for k in idx_fit], [resolved[k] for k in idx_fit], rounds)
-        full[engine] = {"fitted": True, "terms": terms, **summ}
+        full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full
 
 
