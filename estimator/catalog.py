@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -39,12 +40,19 @@ def _short_name(repo: str) -> str:
 def _model_index() -> dict[str, str]:
     """Map every accepted model name (short and ``org/name``, lowercased) to its file."""
     index: dict[str, str] = {}
+    bare: dict[str, list[str]] = {}
     for entry in _data_dir().joinpath("models").iterdir():
         if not entry.name.endswith(".json"):
             continue
         repo = entry.name[: -len(".json")].replace("--", "/")
         index[_short_name(repo)] = entry.name
         index[repo.lower()] = entry.name
+        stem = re.sub(r"-v\d+(?:\.\d+)*$", "", _short_name(repo))
+        if stem != _short_name(repo):
+            bare.setdefault(stem, []).append(entry.name)
+    for stem, files in bare.items():  # mixtral-8x7b for mixtral-8x7b-v0.1, if unambiguous
+        if len(files) == 1:
+            index.setdefault(stem, files[0])
     return index
 
 

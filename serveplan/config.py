@@ -322,7 +322,7 @@ class SimulationConfig(_Frozen):
 def read_yaml(path: str | Path) -> dict:
     """The mapping in a YAML file (empty file: ``{}``), its data-file paths made relative
     to the file's folder (:func:`anchor_paths`)."""
-    from serveplan.errors import decode_problem, not_text_message
+    from serveplan.user_input import decode_problem, not_text_message
 
     path = Path(path)
     if not path.is_file():
@@ -353,7 +353,7 @@ def anchor_paths(data: dict, folder: Path) -> dict:
     """Copy of ``data`` with each relative :data:`DATA_FILE_FIELDS` path (also under a sweep
     file's ``base`` and in its ``grid`` values) joined to ``folder``; a binary file there is
     reported by name."""
-    from serveplan.errors import check_text_file
+    from serveplan.user_input import check_text_file
 
     def anchor(value, field):
         if not isinstance(value, str) or Path(value).expanduser().is_absolute():

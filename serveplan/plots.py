@@ -7,6 +7,10 @@
 * :func:`histograms` -- TTFT and TPOT histograms of one simulation with P90, P99 and SLO
   markers (BestServe Fig. 6/8).
 * :func:`goodput_bars` -- goodput per GPU of the strategies of a search, with intervals.
+
+Every figure is titled with the model, the GPU and the SLO (:func:`context`); each series
+gets its own colour and marker (:func:`series_styles`); legends sit outside the axes and
+list only series with data.
 """
 
 from __future__ import annotations
@@ -15,7 +19,17 @@ import json
 
 import numpy as np
 
-__all__ = ["goodput_bars", "histograms", "latency_vs_rate", "plot"]
+from serveplan.results_io import result_kind
+
+__all__ = ["PLOT_KINDS", "choose_kind", "context", "deployment_names", "goodput_bars",
+           "histograms", "instances", "latency_vs_rate", "log_axis", "outside_legend", "plot",
+           "series_styles", "slo_text"]
+
+PLOT_KINDS = {"latency-vs-rate": ("goodput", "sweep"), "histograms": ("simulate",),
+              "bars": ("search",)}
+"""Plot kind -> the result kinds it draws."""
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
 
 def _plt():
@@ -27,60 +41,207 @@ def _plt():
     return plt
 
 
-def _slo(ds, ttft_s=None, tpot_s=None) -> tuple:
-    slo = {}
-    if "slo" in ds.attrs:
-        slo = json.loads(ds.attrs["slo"]) or {}
-    elif "config" in ds.attrs:
-        cfg = json.loads(ds.attrs["config"])
-        slo = cfg.get("slo") or (cfg.get("base", {}) or {}).get("slo") or {}
-    t = ttft_s if ttft_s is not None else (slo.get("ttft_ms") or np.nan) / 1e3
-    p = tpot_s if tpot_s is not None else (slo.get("tpot_ms") or np.nan) / 1e3
-    return t, p, float(slo.get("percentile", 90) or 90)
+def series_styles(n: int) -> list[tuple]:
+    """``n`` distinct ``(colour, marker)`` pairs: up to 10 from tab10, up to 20 from tab20,
+    colours and markers both distinct while they last."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    k = 10 if n <= 10 else 20
+    return [(cmap(i % k), _MARKERS[i % len(_MARKERS)]) for i in range(n)]
+
+
+def choose_kind(kind: str | None, result: str | None) -> str:
+    """The plot kind to draw for a result of kind ``result``: ``kind`` if it fits, the one
+    that fits when ``kind`` is None; otherwise an error saying which plot kinds draw which
+    result kinds."""
+    fits = [k for k, results in PLOT_KINDS.items() if result in results]
+    if kind is not None and kind not in PLOT_KINDS:
+        raise ValueError(f"--kind given an invalid value: {kind!r} "
+                         f"(valid: {', '.join(PLOT_KINDS)})")
+    if kind is not None and (result is None or result in PLOT_KINDS[kind]):
+        return kind  # an unmarked Dataset (Python API): the drawing checks its variables
+    if kind is None and fits:
+        return fits[0]
+    table = "; ".join(f"{k}: {' or '.join(r)} results" for k, r in PLOT_KINDS.items())
+    got = f"a {result} result" if result else "not a serveplan result"
+    hint = f"use --kind {fits[0]}" if fits else "no plot kind draws it"
+    asked = f"--kind {kind} cannot draw it" if kind else "no --kind given"
+    raise ValueError(f"the file is {got}: {asked}; {hint} ({table})")
+
+
+# ----------------------------------------------------------------------------- context
+def instances(dep) -> list[dict]:
+    """The instance mappings of a deployment mapping in any form (flat, pd, pools)."""
+    if not isinstance(dep, dict):
+        return []
+    insts = (dep.get("pools") if "pools" in dep else
+             [dep.get("prefill") or {}, dep.get("decode") or {}] if "prefill" in dep else [dep])
+    return [i for i in insts or [] if isinstance(i, dict)]
+
+
+def deployment_names(dep) -> tuple[list[str], list[str]]:
+    """The distinct models and GPUs of a deployment mapping."""
+    insts = instances(dep)
+    return tuple(list(dict.fromkeys(str(i[key]) for i in insts if i.get(key)))
+                 for key in ("model", "gpu"))
+
+
+def _sources(ds) -> tuple[dict, dict, dict]:
+    """``(deployment or search spec, slo, grid)`` mappings from a result's attributes."""
+    cfg = json.loads(ds.attrs.get("config", "{}") or "{}")
+    spec = json.loads(ds.attrs.get("spec", "{}") or "{}")
+    base = cfg.get("base") or cfg
+    slo = json.loads(ds.attrs["slo"]) if "slo" in ds.attrs else (base.get("slo") or
+                                                                  spec.get("slo") or {})
+    dep = spec or base.get("deployment") or {}
+    return dep, slo or {}, cfg.get("grid") or {}
+
+
+def context(ds, ttft_s: float | None = None, tpot_s: float | None = None) -> dict:
+    """``model``, ``gpu`` (text), ``slo`` (mapping; goals given in seconds replace the
+    file's) and ``title`` of a stored result."""
+    dep, slo, grid = _sources(ds)
+    for key, goal in (("ttft_ms", ttft_s), ("tpot_ms", tpot_s)):
+        if goal is not None:
+            slo = {**slo, key: goal * 1e3}
+    models, gpus = deployment_names(dep)
+    for key, values in grid.items():  # a sweep over models or GPUs names them all
+        if key.endswith(".model"):
+            models = [str(v) for v in values]
+        elif key.endswith(".gpu"):
+            gpus = [str(v) for v in values]
+    model, gpu = ", ".join(models) or "?", ", ".join(gpus) or "?"
+    if "gpus" in dep and isinstance(dep.get("gpus"), int):
+        gpu = f"{dep['gpus']}x {gpu}"
+    return {"model": model, "gpu": gpu, "slo": slo,
+            "title": f"{model} on {gpu} · {slo_text(slo)}"}
+
+
+def slo_text(slo: dict) -> str:
+    """``SLO P90 TTFT <= 500 ms, TPOT <= 50 ms`` (or the attainment form)."""
+    goals = [f"{name} ≤ {slo[key]:g} ms" for key, name in (("ttft_ms", "TTFT"),
+                                                            ("tpot_ms", "TPOT")) if slo.get(key)]
+    if not goals:
+        return "no SLO"
+    if slo.get("attainment"):
+        return f"SLO {slo['attainment']:.0%} of requests with " + " and ".join(goals)
+    return f"SLO P{float(slo.get('percentile', 90) or 90):g} " + ", ".join(goals)
+
+
+def _goals(ds, ttft_s=None, tpot_s=None) -> tuple[float, float, float]:
+    """TTFT and TPOT goals (s, NaN when none) and the percentile; flags beat the file."""
+    slo = context(ds, ttft_s, tpot_s)["slo"]
+    return ((slo.get("ttft_ms") or np.nan) / 1e3, (slo.get("tpot_ms") or np.nan) / 1e3,
+            float(slo.get("percentile", 90) or 90))
+
+
+def outside_legend(ax, *, also=(), below: bool = False, **kw) -> None:
+    """A legend right of ``ax`` (or ``below`` it) for the labelled artists of ``ax`` and
+    those of the axes in ``also`` whose label ``ax`` lacks (no legend if nothing is
+    labelled)."""
+    handles, labels = (list(x) for x in ax.get_legend_handles_labels())
+    for one in also:
+        for handle, label in zip(*one.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.insert(0, handle)
+                labels.insert(0, label)
+    if handles and below:
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                  ncol=min(len(handles), 4), fontsize=7, **kw)
+    elif handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  borderaxespad=0.0, fontsize=7, **kw)
+
+
+def log_axis(ax, axis: str = "y") -> None:
+    """Log scale with plain-number ticks at 1, 2, 5 x 10^k (``20``, ``50``, ``100``)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    getattr(ax, f"set_{axis}scale")("log")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def rate_axis(ax, rates) -> None:
+    """Arrival rates on a log axis ticked at the evaluated rates when they span a factor
+    of 4 or more (a doubling grid reads evenly), else linear."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    rates = np.unique(np.asarray(rates, dtype=float))
+    rates = rates[np.isfinite(rates) & (rates > 0)]
+    if rates.size < 2 or rates[-1] / rates[0] < 4:
+        return
+    ax.set_xscale("log")
+    shown = rates if rates.size <= 12 else rates[:: int(np.ceil(rates.size / 12))]
+    ax.xaxis.set_major_locator(FixedLocator(shown))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _save(fig, path) -> None:
+    fig.savefig(path, bbox_inches="tight")
+    _plt().close(fig)
+
+
+# ----------------------------------------------------------------------------- latency
+def _goodput_lines(ds, axes, pct: float) -> str:
+    rate = ds["rate"].values
+    for ax, var in zip(axes, ("ttft_p_s", "tpot_p_s"), strict=True):
+        v = ds[var].values * 1e3
+        ax.plot(rate, v[:, 0], "o-", color="tab:blue", label=f"P{pct:g} estimate")
+        ax.fill_between(rate, v[:, 1], v[:, 2], color="tab:blue", alpha=0.25,
+                        label="confidence interval")
+        ax.axvspan(ds.attrs["goodput_low"], ds.attrs["goodput_high"], color="green",
+                   alpha=0.12, label="goodput interval")
+        ax.axvline(ds.attrs["goodput"], color="green", lw=1)
+    return (f"goodput {ds.attrs['goodput']:.3g} req/s [{ds.attrs['goodput_low']:.3g}, "
+            f"{ds.attrs['goodput_high']:.3g}] ({ds.attrs.get('fidelity', '')} level)")
+
+
+def _sweep_lines(ds, axes) -> str:
+    others = [d for d in ds.dims if d not in ("rate", "seed")]
+    sub = ds.mean("seed") if "seed" in ds.dims else ds
+    stacked = sub.stack(line=others) if others else sub.expand_dims(line=[0])
+    rate = ds["rate"].values
+    lines = []
+    for i in range(stacked.sizes["line"]):
+        one = stacked.isel(line=i)
+        if np.isfinite(one["ttft_slo_p_s"].values).any() or np.isfinite(
+                one["tpot_slo_p_s"].values).any():
+            lines.append(one)
+    for one, (color, marker) in zip(lines, series_styles(len(lines)), strict=True):
+        label = ", ".join(f"{d}={one[d].values}" for d in others) if others else "sweep"
+        for ax, var in zip(axes, ("ttft_slo_p_s", "tpot_slo_p_s"), strict=True):
+            ax.plot(rate, one[var].values * 1e3, "-", marker=marker, color=color, ms=4,
+                    label=label)
+    seeds = ds.sizes.get("seed", 1)
+    return (f"{len(lines)} configurations with data"
+            + (f" · mean over {seeds} seeds" if seeds > 1 else ""))
 
 
 def latency_vs_rate(ds, path, *, ttft_s=None, tpot_s=None) -> None:
     """P-th TTFT and TPOT against rate, SLO lines; from a goodput result or a sweep."""
     plt = _plt()
-    goal_t, goal_p, pct = _slo(ds, ttft_s, tpot_s)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
-    if "goodput" in ds.attrs:
-        rate = ds["rate"].values
-        for ax, var in zip(axes, ("ttft_p_s", "tpot_p_s"), strict=True):
-            v = ds[var].values * 1e3
-            ax.plot(rate, v[:, 0], "o-", label=f"P{pct:g} estimate")
-            ax.fill_between(rate, v[:, 1], v[:, 2], alpha=0.25, label="confidence interval")
-            ax.axvspan(ds.attrs["goodput_low"], ds.attrs["goodput_high"], color="green",
-                       alpha=0.12, label="goodput interval")
-            ax.axvline(ds.attrs["goodput"], color="green", lw=1)
-        title = (f"goodput {ds.attrs['goodput']:.3g} req/s "
-                 f"[{ds.attrs['goodput_low']:.3g}, {ds.attrs['goodput_high']:.3g}] "
-                 f"({ds.attrs.get('fidelity', '')} level)")
-    elif "rate" in ds.dims:
-        others = [d for d in ds.dims if d not in ("rate", "seed")]
-        sub = ds.mean("seed") if "seed" in ds.dims else ds
-        stacked = sub.stack(line=others) if others else sub.expand_dims(line=[0])
-        rate = ds["rate"].values
-        for i in range(min(stacked.sizes["line"], 12)):
-            one = stacked.isel(line=i)
-            label = ", ".join(f"{d}={one[d].values}" for d in others) if others else "sweep"
-            for ax, var in zip(axes, ("ttft_slo_p_s", "tpot_slo_p_s"), strict=True):
-                ax.plot(rate, one[var].values * 1e3, "o-", ms=3, label=label)
-        title = "sweep"
-    else:
-        raise ValueError("latency-vs-rate needs a goodput result or a sweep with a rate dim")
+    goal_t, goal_p, pct = _goals(ds, ttft_s, tpot_s)
+    if "goodput" not in ds.attrs and "rate" not in ds.dims:
+        raise ValueError("latency-vs-rate needs a goodput result or a sweep whose grid "
+                         "varies workload.rate")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120)
+    sub = _goodput_lines(ds, axes, pct) if "goodput" in ds.attrs else _sweep_lines(ds, axes)
     for ax, name, goal in ((axes[0], "TTFT", goal_t), (axes[1], "TPOT", goal_p)):
         if goal == goal:
-            ax.axhline(goal * 1e3, color="red", ls="--", label="SLO")
+            ax.axhline(goal * 1e3, color="red", ls="--", label=f"{name} SLO {goal * 1e3:g} ms")
         ax.set_xlabel("arrival rate (req/s)")
         ax.set_ylabel(f"P{pct:g} {name} (ms)")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        log_axis(ax)
+        rate_axis(ax, ds["rate"].values)
+        ax.grid(alpha=0.3, which="both")
+    outside_legend(axes[1], also=(axes[0],))
+    fig.suptitle(f"{context(ds, ttft_s, tpot_s)['title']}\n{sub}", fontsize=10)
+    _save(fig, path)
 
 
 def histograms(ds, path, *, ttft_s=None, tpot_s=None) -> None:
@@ -88,60 +249,61 @@ def histograms(ds, path, *, ttft_s=None, tpot_s=None) -> None:
     plt = _plt()
     if "ttft_s" not in ds:
         raise ValueError("histograms need per-request ttft_s and tpot_s (a simulate result)")
-    goal_t, goal_p, _ = _slo(ds, ttft_s, tpot_s)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+    goal_t, goal_p, _ = _goals(ds, ttft_s, tpot_s)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120)
     for ax, var, name, goal in ((axes[0], "ttft_s", "TTFT", goal_t),
                                 (axes[1], "tpot_s", "TPOT", goal_p)):
         x = ds[var].values * 1e3
         x = x[np.isfinite(x)]
-        ax.hist(x, bins=60, color="tab:blue", alpha=0.8)
-        for q, color in ((90, "green"), (99, "blue")):
+        ax.hist(x, bins=60, color="tab:blue", alpha=0.8, label=f"{x.size:,} requests")
+        for q, color, ls in ((90, "tab:green", "--"), (99, "tab:purple", ":")):
             if x.size:
                 v = np.percentile(x, q)
-                ax.axvline(v, color=color, ls="--", label=f"P{q} {v:,.1f} ms")
+                ax.axvline(v, color=color, ls=ls, label=f"P{q} {v:,.1f} ms")
         if goal == goal:
-            ax.axvline(goal * 1e3, color="red", ls="--", label=f"SLO {goal * 1e3:g} ms")
+            ax.axvline(goal * 1e3, color="red", ls="-.", label=f"SLO {goal * 1e3:g} ms")
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("requests")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        outside_legend(ax, below=True)
+    fig.suptitle(context(ds, ttft_s, tpot_s)["title"], fontsize=10)
+    _save(fig, path)
 
 
 def goodput_bars(ds, path, *, limit: int = 20) -> None:
-    """Goodput per GPU by strategy (decided ones with their interval), colored by
+    """Goodput per GPU by strategy (decided ones with their interval), coloured by
     architecture."""
     plt = _plt()
-    ok = ds["status"].values == "decided"
-    idx = np.flatnonzero(ok)[:limit]
+    idx = np.flatnonzero(ds["status"].values == "decided")[:limit]
     if idx.size == 0:
         raise ValueError("no decided strategy to plot")
-    names = ds["name"].values[idx].astype(str)
-    g = ds["goodput"].values[idx]
     n = ds["gpus"].values[idx]
-    per = g / n
+    per = ds["goodput"].values[idx] / n
     err = np.vstack([per - ds["goodput_low"].values[idx] / n,
                      ds["goodput_high"].values[idx] / n - per])
-    colors = ["tab:orange" if a == "pd" else "tab:blue"
-              for a in ds["architecture"].values[idx]]
-    fig, ax = plt.subplots(figsize=(max(6, 0.5 * idx.size + 2), 4), dpi=120)
-    ax.bar(np.arange(idx.size), per, yerr=np.maximum(err, 0), color=colors, capsize=3)
-    ax.set_xticks(np.arange(idx.size), names, rotation=60, ha="right", fontsize=8)
+    arch = ds["architecture"].values[idx].astype(str)
+    kinds = ["colocated", "pd", *sorted(set(arch) - {"colocated", "pd"})]  # fixed colours
+    style = dict(zip(kinds, series_styles(len(kinds)), strict=True))
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * idx.size + 2), 4.2), dpi=120)
+    x = np.arange(idx.size)
+    for a in kinds:
+        on = arch == a
+        if not on.any():
+            continue
+        ax.bar(x[on], per[on], yerr=np.maximum(err[:, on], 0), color=style[a][0], capsize=3,
+               label=a)
+    ax.set_xticks(x, ds["name"].values[idx].astype(str), rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("goodput per GPU (req/s)")
-    spec = json.loads(ds.attrs.get("spec", "{}"))
-    ax.set_title(f"{spec.get('model', '')} on {spec.get('gpus', '')}x {spec.get('gpu', '')}"
-                 " (blue: colocated, orange: PD)")
+    ax.set_title(context(ds)["title"], fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    outside_legend(ax, title="architecture")
+    _save(fig, path)
 
 
-def plot(ds, kind: str, path, **kw) -> None:
-    """Dispatch on ``kind``: ``latency-vs-rate``, ``histograms`` or ``bars``."""
-    kinds = {"latency-vs-rate": latency_vs_rate, "histograms": histograms,
-             "bars": goodput_bars}
-    if kind not in kinds:
-        raise ValueError(f"kind given an invalid value: {kind!r} (valid: {', '.join(kinds)})")
-    kinds[kind](ds, path, **kw)
+def plot(ds, kind: str | None, path, **kw) -> str:
+    """Draw ``ds`` as ``kind`` (``latency-vs-rate``, ``histograms`` or ``bars``; None: the
+    kind that fits the result); returns the kind drawn."""
+    kind = choose_kind(kind, result_kind(ds))
+    draw = {"latency-vs-rate": latency_vs_rate, "histograms": histograms,
+            "bars": goodput_bars}[kind]
+    draw(ds, path, **({} if kind == "bars" else kw))
+    return kind

@@ -103,3 +103,26 @@ def test_wrong_gpu_and_missing_file(tmp_path):
     assert r.exit_code == 1 and "no such measurements file" in r.output
     r = run("calibrate", "--gpu", "h100", "--out", tmp_path / "p.json")
     assert r.exit_code == 1 and "give measurements" in r.output
+
+
+def test_readme_form_files_as_arguments_and_gpu_from_the_data(tmp_path):
+    """`serveplan calibrate measurements.csv --out my-gpu.json`: the GPU is the one the
+    file's gpu column names; the fit equals the one with --gpu and -m."""
+    src = _gemm_csv(tmp_path / "measurements.csv")
+    r = run("calibrate", src, "--out", tmp_path / "a.json", "--no-correctors")
+    assert r.exit_code == 0, r.output
+    r = run("calibrate", "--gpu", "l40s", "-m", src, "--out", tmp_path / "b.json",
+            "--no-correctors")
+    assert r.exit_code == 0, r.output
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    assert a["efficiency"] == b["efficiency"]
+
+
+def test_several_gpus_in_the_data_need_gpu(tmp_path):
+    one, two = _gemm_csv(tmp_path / "a.csv"), _gemm_csv(tmp_path / "b.csv", gpu="h100")
+    r = run("calibrate", one, two, "--out", tmp_path / "p.json")
+    assert r.exit_code == 1 and "choose one with --gpu" in r.output
+    assert "h100" in r.output and "l40s" in r.output
+    r = run("calibrate", one, two, "--gpu", "l40s", "--out", tmp_path / "p.json",
+            "--no-correctors")
+    assert r.exit_code == 0, r.output

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import re
+
+import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from serveplan.cli import app
 from serveplan.config import SLO
-from serveplan.launch import hf_repo, sglang_commands, vllm_commands
+from serveplan.deployments import gpus, parse_deployment
+from serveplan.errors import UserError
+from serveplan.launch import hf_repo, place, sglang_commands, vllm_commands
 from serveplan.pareto import frontier, pareto_points
-from serveplan.plots import plot
-from serveplan.results_io import write_netcdf
+from serveplan.plots import plot, series_styles
+from serveplan.results_io import missing_units, write_netcdf
 from serveplan.search import SearchSpec, run_search
 from serveplan.sweep import SweepSpec, run_sweep
 
@@ -105,4 +114,207 @@ def test_cli_pareto_plot_export(sweep_ds, search_ds, tmp_path):
     r = CliRunner().invoke(app, ["export", "vllm", str(se), "--rank", "99"])
     assert r.exit_code == 1 and "no strategy of rank 99" in r.output
     r = CliRunner().invoke(app, ["export", "vllm", str(sw)])
-    assert r.exit_code == 1 and "not a search result" in r.output
+    assert r.exit_code == 1 and "is a sweep result; export needs a search result" in r.output
+
+
+# ----------------------------------------------------------------------------- frontier
+def _brute_force_frontier(x, y) -> set:
+    """(x, y) values no other point weakly dominates with one strict improvement."""
+    pts = set(zip(x, y, strict=True))
+    return {p for p in pts if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in pts)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12)), min_size=1, max_size=30))
+def test_frontier_is_the_non_dominated_set(points):
+    x, y = zip(*points, strict=True)
+    df = pd.DataFrame({"tok_s_per_user": x, "throughput_per_gpu": y})
+    front = frontier(df)
+    got = list(zip(front["tok_s_per_user"], front["throughput_per_gpu"], strict=True))
+    assert len(got) == len(set(got))  # of exact duplicates one stays
+    assert set(got) == _brute_force_frontier(x, y)
+
+
+def test_dominated_ties_leave_the_frontier():
+    """The issue's numbers: three designs at 197.895 tok/s/user whose speeds differ only in
+    the last bits; only the one with the most throughput per GPU belongs."""
+    speed = 197.895133
+    df = pd.DataFrame({"tok_s_per_user": [speed * (1 + 3e-15), speed, speed * (1 + 6e-15),
+                                          219.35, 180.26],
+                       "throughput_per_gpu": [65.70, 65.78, 32.91, 32.89, 131.05]})
+    assert sorted(frontier(df).index) == [1, 3, 4]
+
+
+def _synthetic_sweep(values: dict, dims: dict, grid: dict) -> xr.Dataset:
+    """A sweep-shaped Dataset (variables as serveplan.sweep writes them) from arrays."""
+    shape = tuple(len(v) for v in dims.values())
+    full = {"status": np.full(shape, "ok", dtype=object),
+            "architecture": np.full(shape, "colocated", dtype=object),
+            "strategy": np.full(shape, "1m", dtype=object), "gpus": np.ones(shape, int),
+            "ttft_slo_p_s": np.full(shape, 0.1), **values}
+    full["tpot_slo_p_s"] = 1.0 / full["tok_s_per_user"]
+    data = {k: (list(dims), np.asarray(v)) for k, v in full.items()}
+    base = {"deployment": {"model": "llama-3.1-8b", "gpu": "h100", "tp": 1},
+            "slo": {"ttft_ms": 500, "tpot_ms": 50}}
+    return xr.Dataset(data, coords=dims, attrs={
+        "kind": "sweep", "grid_fields": json.dumps(grid),
+        "config": json.dumps({"base": base, "grid": {k: list(map(str, dims[v]))
+                                                     for k, v in grid.items()}})})
+
+
+def test_seeds_are_averaged_before_the_frontier():
+    speed = np.array([[100.0, 110.0], [50.0, 70.0], [20.0, 20.0]])  # rate x seed
+    thr = np.array([[10.0, 30.0], [40.0, 60.0], [90.0, 70.0]])
+    ds = _synthetic_sweep({"tok_s_per_user": speed, "output_tok_s_per_gpu": thr,
+                           "arrival_rate": np.array([[1.0] * 2, [2.0] * 2, [4.0] * 2])},
+                          {"rate": [1, 2, 4], "seed": [0, 1]},
+                          {"workload.rate": "rate", "seed": "seed"})
+    df = pareto_points(ds).sort_values("rate")
+    assert len(df) == 3 and (df["seeds"] == 2).all()
+    np.testing.assert_allclose(df["tok_s_per_user"], speed.mean(axis=1))
+    np.testing.assert_allclose(df["throughput_per_gpu"], thr.mean(axis=1))
+    assert df["frontier"].all()
+    failed = ds.copy(deep=True)
+    failed["status"][1, 1] = "oom"  # a design counts only if every seed ran
+    assert sorted(pareto_points(failed)["rate"]) == [1.0, 4.0]
+
+
+def test_one_frontier_per_model_and_labels():
+    speed = np.array([[100.0, 50.0], [90.0, 40.0]])  # model x rate; model b slower...
+    thr = np.array([[10.0, 20.0], [5.0, 8.0]])  # ...and with less throughput everywhere
+    ds = _synthetic_sweep({"tok_s_per_user": speed, "output_tok_s_per_gpu": thr,
+                           "arrival_rate": np.array([[2.0, 4.0], [2.0, 4.0]])},
+                          {"model": ["a", "b"], "rate": [2, 4]},
+                          {"deployment.model": "model", "workload.rate": "rate"})
+    df = pareto_points(ds)
+    assert df["frontier"].all()  # b is dominated by a, but has its own frontier
+    assert set(df["label"]) == {"1m tp=1 @ 2 req/s", "1m tp=1 @ 4 req/s"}
+
+
+def test_min_speed_changes_the_table(sweep_ds, tmp_path):
+    sw = write_netcdf(sweep_ds, tmp_path / "sw.nc")
+    df = pareto_points(sweep_ds)
+    front = df[df["frontier"]].sort_values("tok_s_per_user")
+    cut = float(front["tok_s_per_user"].iloc[len(front) // 2])
+    rows = {}
+    for extra in ([], ["--min-speed", f"{cut}"]):
+        r = CliRunner().invoke(app, ["pareto", str(sw), *extra], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, r.output
+        rows[bool(extra)] = set(re.findall(r"\d+m tp=\d+ @ [\d.]+ req/s", r.output))
+    slow = {lbl for lbl, s in zip(front["label"], front["tok_s_per_user"], strict=True)
+            if s < cut}
+    assert slow and slow <= rows[False] and not slow & rows[True]
+    assert rows[True] and rows[True] < rows[False]
+
+
+def test_result_files_carry_kind_and_units(sweep_ds, search_ds, tmp_path):
+    for ds, kind in ((sweep_ds, "sweep"), (search_ds, "search")):
+        with xr.open_dataset(write_netcdf(ds, tmp_path / f"{kind}.nc")) as back:
+            assert back.attrs["kind"] == kind and missing_units(back) == []
+    assert back["goodput"].attrs["units"] == "req/s" and back["gpus"].attrs["units"] == "GPUs"
+    out = tmp_path / "p.nc"
+    r = CliRunner().invoke(app, ["pareto", str(tmp_path / "sweep.nc"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    with xr.open_dataset(out) as back:
+        assert back.attrs["kind"] == "pareto" and missing_units(back) == []
+        assert back["tok_s_per_user"].attrs["units"] == "tokens/s/user"
+
+
+# ----------------------------------------------------------------------------- plots
+def test_series_styles_are_distinct():
+    for n in (3, 10, 12, 20):
+        styles = series_styles(n)
+        assert len(set(styles)) == n and len({c for c, _ in styles}) == n
+        assert len({m for _, m in styles}) == min(n, 12)
+
+
+def test_latency_plot_has_one_entry_per_series_with_data(sweep_ds, tmp_path, monkeypatch):
+    import serveplan.plots as plots
+
+    ds = sweep_ds.copy(deep=True)
+    for var in ("ttft_slo_p_s", "tpot_slo_p_s"):
+        ds[var][0, :] = np.nan  # num_instances=1 has no data
+    seen = {}
+
+    def keep(fig, path):
+        seen["labels"] = [t.get_text() for ax in fig.axes if ax.get_legend()
+                          for t in ax.get_legend().get_texts()]
+        seen["title"] = fig._suptitle.get_text()
+        plots._plt().close(fig)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plot(ds, "latency-vs-rate", tmp_path / "l.png")
+    assert [lbl for lbl in seen["labels"] if "num_instances" in lbl] == ["num_instances=2"]
+    assert {"TTFT SLO 300 ms", "TPOT SLO 30 ms"} <= set(seen["labels"])
+    assert "llama-3.1-8b on h100" in seen["title"] and "TTFT ≤ 300 ms" in seen["title"]
+
+
+# ----------------------------------------------------------------------------- export
+def _serve_lines(lines):
+    """(node, [gpu ids], port) of each started instance, from the per-node blocks."""
+    node, out = 0, []
+    for line in lines:
+        m = re.match(r"# ===== on \S+ \(node (\d+)\)", line)
+        if m:
+            node = int(m.group(1))
+        m = re.match(r"CUDA_VISIBLE_DEVICES=([\d,]+) .*--port (\d+)", line)
+        if m:
+            out.append((node, [int(g) for g in m.group(1).split(",")], int(m.group(2))))
+    return out
+
+
+@pytest.mark.parametrize("deployment", [
+    {**COLOCATED, "num_instances": 7},  # 14 GPUs
+    {**PD, "prefill": {**PD["prefill"], "num_instances": 5, "tp": 2},
+     "decode": {**PD["decode"], "num_instances": 1, "tp": 4}},  # 5p1d-tp2/4: 14 GPUs
+    {**COLOCATED, "num_instances": 3, "tp": 4},
+])
+def test_instances_are_laid_out_per_node(deployment):
+    lines = vllm_commands(deployment)
+    served = _serve_lines(lines)
+    used = [(node, g) for node, ids, _ in served for g in ids]
+    assert len(used) == len(set(used)) == gpus(parse_deployment(deployment))
+    assert all(0 <= g < 8 for _, g in used)  # CUDA ids count from 0 on every node
+    assert len({p for _, _, p in served}) == len(served)
+    nodes = max(n for n, _ in used) + 1
+    assert nodes == -(-len(used) // 8)  # these layouts pack without gaps
+    assert ("# ===== on node1 (node 1) =====" in lines) == (nodes > 1)
+
+
+def test_fourteen_gpus_use_two_hosts_and_given_names():
+    lines = vllm_commands({**COLOCATED, "num_instances": 7}, hosts=["a", "b"])
+    assert not any("CUDA_VISIBLE_DEVICES=10" in ln for ln in lines)
+    assert "# ===== on b (node 1) =====" in lines
+    assert lines[-1].endswith("a:8103, b:8104, b:8105, b:8106 (any HTTP load balancer)")
+    with pytest.raises(UserError, match="--hosts names 1 host"):
+        vllm_commands({**COLOCATED, "num_instances": 7}, hosts=["a"])
+
+
+def test_instance_larger_than_a_node_takes_whole_nodes():
+    big = {"model": "llama-3.1-405b", "gpu": "h100", "tp": 16, "max_model_len": 8192}
+    p = place(big)
+    assert [(x.nodes, x.gpus) for x in p] == [((0, 1), tuple(range(8)))]
+    lines = vllm_commands(big)
+    assert "ray start --head --port 6379" in lines
+    assert "ray start --address node0:6379 --block &" in lines
+    sg = sglang_commands(big)
+    assert sum("--nnodes 2" in ln for ln in sg) == 2 and any("--node-rank 1" in ln for ln in sg)
+    with pytest.raises(UserError, match="not whole nodes"):
+        place({**big, "tp": 12})
+
+
+def test_export_refuses_unfit_with_the_planners_numbers():
+    from serveplan.estimator.memory import plan_memory
+    from serveplan.estimator.specs import Parallelism
+
+    plan = plan_memory("llama-3.1-405b", "h100", Parallelism(tp=1))
+    short = re.search(r"short by ([\d.]+) GiB", plan.reason).group(1)
+    with pytest.raises(UserError, match=rf"short by {re.escape(short)} GiB"):
+        vllm_commands({"model": "llama-3.1-405b", "gpu": "h100", "tp": 1})
+
+
+@pytest.mark.parametrize("port, message", [(65535, "above 65535"), (7999, "front end"),
+                                           (5599, "NIXL")])
+def test_ports_must_fit(port, message):
+    with pytest.raises(UserError, match=message):
+        vllm_commands(PD, base_port=port)

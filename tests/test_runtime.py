@@ -111,7 +111,7 @@ def test_front_end_engine_arrivals_match_a_plain_fifo_recursion():
     prompt = rng.integers(1, 4000, 500)
     fe = FrontEnd(request_s=0.001, prompt_token_s=2e-6)
     e, prev = [], -np.inf
-    for t, p in zip(sent, prompt):
+    for t, p in zip(sent, prompt, strict=True):
         prev = max(t, prev) + 0.001 + 2e-6 * p
         e.append(prev)
     np.testing.assert_allclose(fe.engine_arrivals(sent, prompt), e, rtol=0, atol=1e-12)

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pandas as pd
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from serveplan.commands.app import app
-from serveplan.errors import UserError, report_errors
+from serveplan.commands.common import wide_console
+from serveplan.errors import UserError, check_text_file, report_errors
 
 
 def _read_sources(measurements: list[Path], aiconfigurator: Path | None, vidur: Path | None,
-                  gpu: str, engine: str | None, versions: str) -> pd.DataFrame:
+                  gpu: str | None, engine: str | None, versions: str) -> pd.DataFrame:
     from serveplan.estimator.measurements import (
         load_aiconfigurator,
         load_vidur,
@@ -26,7 +26,11 @@ def _read_sources(measurements: list[Path], aiconfigurator: Path | None, vidur: 
     for path in measurements:
         if not path.exists():
             raise UserError(f"{path}: no such measurements file")
+        if path.suffix.lower() == ".csv":
+            check_text_file(path, "a CSV file in the schema of docs/measurements.md")
         parts.append(read_measurements(path))
+    if aiconfigurator is not None and gpu is None:
+        raise UserError("--aiconfigurator needs --gpu (the system to read from the folder)")
     if aiconfigurator is not None:
         if not aiconfigurator.exists():
             raise UserError(f"{aiconfigurator}: no such AIConfigurator folder")
@@ -38,24 +42,29 @@ def _read_sources(measurements: list[Path], aiconfigurator: Path | None, vidur: 
             raise UserError(f"{vidur}: no such Vidur profiling folder")
         parts.append(load_vidur(vidur))
     if not parts:
-        raise UserError("give measurements: --measurements FILE (CSV/Parquet in the schema of "
+        raise UserError("give measurements: FILE (CSV/Parquet in the schema of "
                         "docs/measurements.md), --aiconfigurator DIR or --vidur DIR")
     return pd.concat(parts, ignore_index=True)
 
 
-def _for_gpu(df: pd.DataFrame, gpu: str) -> pd.DataFrame:
+def _for_gpu(df: pd.DataFrame, gpu: str | None) -> tuple[pd.DataFrame, str]:
+    """The rows of ``gpu`` and ``gpu``; without ``gpu``, those of the one GPU in the data."""
     from serveplan.estimator.catalog import resolve_gpu
 
-    name = resolve_gpu(gpu).name
     present = sorted({str(g) for g in df["gpu"].unique()})
+    if gpu is None:
+        if len(present) != 1:
+            raise UserError(f"the measurements cover GPUs {present}: choose one with --gpu")
+        gpu = present[0]
+    name = resolve_gpu(gpu).name
     mine = df[df["gpu"].astype(str) == name]
     if not len(mine):
         raise UserError(f"no measurements for GPU {name!r}; the data has {present}")
-    return mine.reset_index(drop=True)
+    return mine.reset_index(drop=True), gpu
 
 
 def _summary(profile, out: Path) -> None:
-    console = Console()
+    console = wide_console()
     table = Table(title=f"profile {profile.name!r} -> {out}")
     for col in ("family", "rows", "prefill e_c / e_m", "decode e_c / e_m", "fixed µs",
                 "median |log err|"):
@@ -79,12 +88,16 @@ def _summary(profile, out: Path) -> None:
 @app.command()
 @report_errors
 def calibrate(
-    gpu: str = typer.Option(..., "--gpu", "-g",
-                            help="GPU the measurements were taken on (catalog name or YAML)."),
+    files: list[Path] = typer.Argument(
+        None, help="Measurement files: CSV/Parquet in the schema of docs/measurements.md.",
+        show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="Profile JSON to write."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", "-g", help="GPU the measurements were taken on (catalog name or YAML); "
+        "default: the one GPU named in the files' gpu column."),
     measurements: list[Path] = typer.Option(
         [], "--measurements", "-m",
-        help="CSV/Parquet in the measurement schema (docs/measurements.md); repeatable."),
+        help="More measurement files, as the FILES arguments; repeatable."),
     aiconfigurator: Path | None = typer.Option(
         None, "--aiconfigurator", help="An AIConfigurator data folder (systems/data/...)."),
     vidur: Path | None = typer.Option(None, "--vidur", help="A Vidur profiling folder."),
@@ -103,7 +116,9 @@ def calibrate(
     from serveplan.estimator import calibrate as cal
     from serveplan.estimator.measurements import validate_measurements
 
-    df = _for_gpu(_read_sources(measurements, aiconfigurator, vidur, gpu, engine, versions), gpu)
+    sources = _read_sources([*(files or []), *measurements], aiconfigurator, vidur, gpu,
+                            engine, versions)
+    df, gpu = _for_gpu(sources, gpu)
     validate_measurements(df, source="measurements")
     if len(df) < min_rows:
         raise UserError(f"{len(df)} measurement rows for {gpu}, fewer than --min-rows "

@@ -12,18 +12,73 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from serveplan.errors import UserError
+from serveplan.errors import UserError, check_text_file
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
-    """``key.path=value`` pairs; values are YAML scalars (``8``, ``true``, ``1e-3``, text)."""
+    """``key.path=value`` pairs; values are YAML (``8``, ``true``, ``1e-3``, text,
+    ``[1, 2]``, ``{dist: fixed, value: 64}``)."""
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--set expects key.path=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+            raise UserError(f"--set expects key.path=value (e.g. --set seed=3), got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            raise UserError(f"--set {key.strip()}: value {raw!r} is not valid YAML "
+                            f"({problem})") from None
     return out
+
+
+def dask_client(scheduler: str | None, workers: int | None, threads: bool = False, *,
+                timeout_s: float = 5.0):
+    """A Dask client: an existing scheduler (``--scheduler``), a local cluster of
+    ``workers`` processes (threads with ``threads``), or None for a serial run.
+
+    An unreachable scheduler fails within ``timeout_s`` with one line naming the address.
+    """
+    if scheduler and workers:
+        raise UserError("give --scheduler or --workers, not both")
+    if not scheduler and not workers:
+        return None
+    from dask.distributed import Client, LocalCluster
+
+    if not scheduler:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=not threads,
+                               dashboard_address=None)
+        return Client(cluster)
+    address = scheduler if "://" in scheduler else f"tcp://{scheduler}"
+    problem = _unreachable(address, timeout_s)
+    if problem is None:
+        try:
+            return Client(address, timeout=timeout_s)
+        except (OSError, TimeoutError) as exc:
+            problem = f"no answer within {timeout_s:g} s ({type(exc).__name__})"
+    raise UserError(f"--scheduler: cannot reach a Dask scheduler at {address}: {problem}; start "
+                    f"one there (`dask scheduler`, then `dask worker {address}`) or run "
+                    "locally with --workers N")
+
+
+def _unreachable(address: str, timeout_s: float) -> str | None:
+    """Why a ``tcp://host:port`` address cannot be connected to (None: it can, or the
+    protocol is not plain TCP and Dask must find out)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    if parts.scheme != "tcp":
+        return None
+    try:
+        port = parts.port or 8786
+    except ValueError:
+        return "the port is not a number in 1..65535"
+    try:
+        socket.create_connection((parts.hostname or "localhost", port), timeout=timeout_s).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
@@ -39,6 +94,7 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
 
     workload = dict(data.get("workload") or {})
     if trace is not None:
+        check_text_file(trace, "a trace (Mooncake .jsonl, Azure or Vidur CSV)", field="--trace")
         was_trace = workload.get("kind") == "trace"
         workload = switch_workload_kind(workload, "trace")
         workload["path"] = str(trace)
@@ -68,6 +124,13 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
                        **(sets or {})}.items():
         data = set_path(data, key, value.value if isinstance(value, Enum) else value)
     return data
+
+
+def wide_console(*, stderr: bool = False) -> Console:
+    """A rich Console, 120 columns wide when the output is not a terminal (a pipe, a file,
+    CI), so tables are not wrapped at 80 columns."""
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=120)
 
 
 def fmt(v) -> str:

@@ -11,12 +11,14 @@ from rich.console import Console
 from rich.table import Table
 
 from serveplan.commands.app import app
-from serveplan.commands.common import parse_set, resolve_overrides
+from serveplan.commands.common import parse_set, resolve_overrides, wide_console
 from serveplan.errors import UserError, report_errors
 
 COLOCATED_ROUTERS = ("round-robin", "least-outstanding-tokens", "least-requests")
 COLOCATED_ALIASES = {"rr": "round-robin", "least-loaded": "least-outstanding-tokens",
                      "ils": "least-outstanding-tokens"}
+DEFAULT_ROUTERS = {"colocated": COLOCATED_ROUTERS,
+                   "pd": ("round-robin", "least-loaded", "sibyl")}
 COLUMNS = (("mean_tpot_ms", "mean", "{:.1f}"), ("median_tpot_ms", "P50", "{:.1f}"),
            ("p99_tpot_ms", "P99", "{:.1f}"), ("p99_9_tpot_ms", "P99.9", "{:.1f}"),
            ("output_throughput", "tok/s", "{:,.0f}"),
@@ -116,11 +118,12 @@ def print_rows(rows: list[dict], console: Console, title: str) -> None:
 @report_errors
 def compare_routers(
     config: Path = typer.Argument(..., help="Simulation YAML (colocated or architecture: pd)."),
-    routers: str = typer.Option(
-        "rr,least-loaded,sibyl", "--routers",
+    routers: str | None = typer.Option(
+        None, "--routers",
         help="Comma-separated routers. PD: round-robin (rr), least-loaded (ils), "
-        "least-requests, sibyl, sibyl-p1, sibyl-no-type1/2/3, sibyl-reqlevel. Colocated: "
-        "round-robin, least-outstanding-tokens (least-loaded), least-requests."),
+        "least-requests, sibyl, sibyl-p1, sibyl-no-type1/2/3, sibyl-reqlevel (default "
+        f"{','.join(DEFAULT_ROUTERS['pd'])}). Colocated: round-robin (rr), "
+        "least-outstanding-tokens (least-loaded), least-requests (default: all three)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     out: Path | None = typer.Option(None, "--out", "-o",
                                     help="Write per-request results (router dim) as NetCDF."),
@@ -135,25 +138,28 @@ def compare_routers(
     import xarray as xr
 
     from serveplan.config import SimulationConfig, read_yaml
+    from serveplan.results_io import write_netcdf
 
     data = resolve_overrides(read_yaml(config), rate=rate, requests=requests, seed=seed,
                              sets=parse_set(set_))
     cfg = SimulationConfig.model_validate(data)
-    rows, sets = compare(cfg, routers.split(","))
+    names = (routers.split(",") if routers is not None
+             else list(DEFAULT_ROUTERS[cfg.deployment.architecture]))
+    rows, sets = compare(cfg, names)
     if out is not None:
         keep = [v for v in sets[0].data_vars if sets[0][v].dims == ("request",)]
         merged = xr.concat([ds[keep] for ds in sets], dim="router", coords="minimal",
                            compat="override", combine_attrs="drop_conflicts")
         merged = merged.assign_coords(router=[r["router"] for r in rows])
         merged.attrs["rows"] = json.dumps(rows, default=float)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        merged.to_netcdf(out, engine="h5netcdf")
+        merged.attrs["config"] = cfg.model_dump_json()
+        write_netcdf(merged, out, kind="compare-routers")
     if as_json:
         clean = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
                  for r in rows]
         typer.echo(json.dumps(clean, indent=2, default=float))
         return
-    console = Console()
+    console = wide_console()
     kind = "disaggregated" if cfg.deployment.architecture == "pd" else "colocated"
     n = rows[0].get("completed", 0)
     print_rows(rows, console, f"TPOT of {kind} routers · {n} requests · seed {cfg.seed}")
