@@ -36,150 +36,55 @@ rate and differences between rates are not seed noise.
 * :math:`\hat\lambda = \sup\{\lambda : \hat p_k \ge t_k\}`: the point estimate;
 * :math:`\lambda^+ = \sup\{\lambda : p^+_k \ge t_k\}`: not rejected.
 
-Goodput is reported as :math:`\hat\lambda \in [\lambda^-, \lambda^+]`. Each is found by
-safeguarded regula falsi in log-rate on the smallest margin :math:`\min_k (p_k - t_k)`,
-bracketed first by the analytic level's goodput (stepped up or down by a factor that starts
-at ``grow`` = 1.1 and squares at each step until the bracket holds), ending when the bracket of each is narrower than ``rtol``; every evaluation updates
-all three brackets. The evaluated rate just above each (``next_*``) is kept: there the
-predicate fails.
+Goodput is reported as :math:`\hat\lambda` with the interval :math:`[\lambda^-,
+\text{next}^+)` (:mod:`serveplan.goodput_result`). Each is found by safeguarded regula falsi
+in log-rate on the smallest margin :math:`\min_k (p_k - t_k)`, bracketed first by the
+analytic level's goodput (stepped up or down by a factor that starts at ``grow`` = 1.1 and
+squares at each step until the bracket holds), ending when the bracket of each is narrower
+than ``rtol``; every evaluation updates all three brackets. The evaluated rate just above
+each (``next_*``) is kept: there the predicate fails.
+
+**Sustainable rates only.** A rate at or above the capacity bound :math:`C`
+(:meth:`~serveplan.fidelity.PreparedDeployment.capacity`: prefill at its best batching and
+decode at its peak tokens/s) is not sustainable: the queue grows without limit, and a finite
+run only hides it, because its first requests find an empty system. Below :math:`C` a run
+still shows the steady state only if it is longer than the queue's relaxation time, which
+for M/M/1 at utilisation :math:`\rho` is :math:`1/(\mu(1-\sqrt\rho)^2)` (Abate & Whitt,
+"Transient behavior of the M/M/1 queue", 1987), i.e. :math:`\rho/(1-\sqrt\rho)^2` arrivals.
+That is at most the :math:`n` requests a run keeps after its warm-up iff
+:math:`\rho \le n/(1+\sqrt n)^2`, so the search evaluates no rate above the *ceiling*
+:math:`C\,n/(1+\sqrt n)^2` (0.954 C for n = 1,800; at the analytic level, which is the
+steady state itself, the ceiling is :math:`C`). Where the SLO still holds at the ceiling the
+goodput is *censored*: at least the highest rate met, capacity binds rather than the SLO, and
+longer runs move the ceiling toward :math:`C`. (Measured on ``examples/llama8b-h100.yaml`` at
+the iteration level: 20,000-request runs saturate at 28.5 req/s against :math:`C` = 28.94,
+and their P90 TTFT passes 500 ms at 28 req/s, while 2,000-request runs at 28.9 req/s still
+show a P90 TTFT of 0.15 s. The search with 2,000-request runs now reports "at least 27.62
+req/s, censored"; with 20,000-request runs, 27.86 req/s, TTFT-bound.)
 """
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from scipy import stats
 
 from serveplan.config import SLO, Deployment, Workload
 from serveplan.deployments import PDDeployment, parse_deployment, strategy_name
 from serveplan.fidelity import PreparedDeployment, resolve_fidelity
+from serveplan.goodput_result import GoodputResult, RateCheck
+from serveplan.goodput_stats import Interval, attainment_interval, quantile_interval
 from serveplan.queueing.analytic import max_rate
+from serveplan.sim.summary import meets_goals
 
-__all__ = ["GoodputConfig", "GoodputOptions", "GoodputResult", "Interval", "RateCheck", "analytic_goodput", "attainment_interval",
-           "check_rate", "constraints", "find_goodput", "quantile_interval", "run_goodput"]
-
-
-# ----------------------------------------------------------------------------- statistics
-@dataclass(frozen=True)
-class Interval:
-    """A point estimate with a confidence interval."""
-
-    estimate: float
-    low: float
-    high: float
-
-    def as_tuple(self) -> tuple[float, float, float]:
-        return (self.estimate, self.low, self.high)
-
-
-def _batch_means(runs: Sequence[np.ndarray], batches: int) -> np.ndarray:
-    """Means of ``batches`` contiguous, near-equal batches of each run, all runs together."""
-    out = []
-    for run in runs:
-        k = min(batches, run.size)
-        if k == 0:
-            continue
-        edges = np.linspace(0, run.size, k + 1).astype(np.int64)
-        out.append(np.add.reduceat(run, edges[:-1]) / np.diff(edges))
-    return np.concatenate(out) if out else np.empty(0)
-
-
-def _half_width(runs: Sequence[np.ndarray], confidence: float, batches: int) -> tuple:
-    """``(p_hat, half_width)`` of the mean of the 0/1 ``runs`` (module docstring)."""
-    pooled = np.concatenate([np.asarray(r, dtype=np.float64) for r in runs])
-    n = pooled.size
-    if n == 0:
-        return float("nan"), float("nan")
-    p = float(pooled.mean())
-    alpha = 1.0 - confidence
-    z = float(stats.norm.ppf(1.0 - alpha / 2.0))
-    p_ac = (pooled.sum() + z * z / 2.0) / (n + z * z)
-    se = float(np.sqrt(p_ac * (1.0 - p_ac) / (n + z * z)))
-    bm = _batch_means([np.asarray(r, dtype=np.float64) for r in runs], batches)
-    crit = z
-    if bm.size >= 2:
-        se = max(se, float(bm.std(ddof=1) / np.sqrt(bm.size)))
-        crit = float(stats.t.ppf(1.0 - alpha / 2.0, bm.size - 1))
-    return p, crit * se
-
-
-def attainment_interval(runs: Sequence[np.ndarray], confidence: float = 0.95,
-                        batches: int = 10) -> Interval:
-    r"""Fraction of requests meeting a goal, with a batch-means confidence interval.
-
-    Parameters
-    ----------
-    runs : sequence of bool arrays
-        Per run (seed), whether each request met the goal, in arrival order.
-    confidence : float
-        Two-sided level, e.g. 0.95.
-    batches : int
-        Contiguous batches per run.
-
-    Notes
-    -----
-    :math:`\hat p` is the pooled fraction; the half-width is
-    :math:`t_{1-\alpha/2, B-1}\max(s_B/\sqrt{B}, \sqrt{\tilde p(1-\tilde p)/(n+z^2)})` with
-    :math:`s_B` the standard deviation of the :math:`B` batch means and :math:`\tilde p` the
-    Agresti-Coull centre; the interval is clipped to [0, 1].
-
-    Examples
-    --------
-    >>> iv = attainment_interval([np.ones(1000, bool)])
-    >>> iv.estimate, iv.high, 0.99 < iv.low < 1.0
-    (1.0, 1.0, True)
-    """
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    p, h = _half_width(runs, confidence, batches)
-    return Interval(p, float(max(0.0, p - h)), float(min(1.0, p + h)))
-
-
-def _first_value(values: np.ndarray, holds) -> float:
-    """Smallest of the sorted ``values`` where ``holds(x)`` (assumed monotone) is true."""
-    lo, hi = 0, values.size - 1
-    if not holds(values[hi]):
-        return float("inf")
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if holds(values[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(values[lo])
-
-
-def quantile_interval(runs: Sequence[np.ndarray], q: float, confidence: float = 0.95,
-                      batches: int = 10) -> Interval:
-    r"""The ``q``-quantile of pooled values and the interval that inverts the attainment CI.
-
-    ``high`` is the smallest value :math:`x` whose attainment lower bound
-    :math:`p^-(x) = \hat F(x) - h(x)` reaches ``q`` and ``low`` the smallest with
-    :math:`\hat F(x) + h(x) \ge q` (:func:`attainment_interval` at ``x``), so "the upper CI
-    of the quantile is within a goal" and "the goal's attainment is confidently at least
-    ``q``" are the same statement. NaN values are dropped (one-token outputs have no
-    TPOT); ``inf`` values count as large.
-    """
-    runs = [np.asarray(r, dtype=np.float64) for r in runs]
-    runs = [r[~np.isnan(r)] for r in runs]
-    pooled = np.concatenate(runs) if runs else np.empty(0)
-    if pooled.size == 0:
-        return Interval(float("nan"), float("nan"), float("nan"))
-    x = float(np.quantile(pooled, q, method="inverted_cdf"))
-    values = np.unique(pooled)
-
-    def bounds(v):
-        p, h = _half_width([r <= v for r in runs], confidence, batches)
-        return p - h, p + h
-
-    lo = _first_value(values, lambda v: bounds(v)[1] >= q)
-    hi = _first_value(values, lambda v: bounds(v)[0] >= q)
-    return Interval(x, min(lo, x), max(hi, x))
+__all__ = ["GoodputConfig", "GoodputOptions", "GoodputResult", "Interval", "RateCheck",
+           "analytic_goodput", "attainment_interval", "check_rate", "constraints",
+           "find_goodput", "meets", "quantile_interval", "rate_ceiling", "run_goodput",
+           "verifiable_utilisation"]
 
 
 # ----------------------------------------------------------------------------- SLO checks
@@ -210,53 +115,22 @@ def constraints(slo: SLO) -> list[Constraint]:
     return out
 
 
-def _meets(c: Constraint, ttft: np.ndarray, tpot: np.ndarray) -> np.ndarray:
-    ok = np.ones(ttft.shape, dtype=bool)
-    if c.ttft_s is not None:
-        ok &= ttft <= c.ttft_s
-    if c.tpot_s is not None:
-        ok &= ~(tpot > c.tpot_s)  # NaN (one-token output) meets any TPOT goal
-    return ok
+def goals(slo: SLO) -> list[Constraint]:
+    """Each goal of ``slo`` on its own, at the SLO's target (to tell which goal binds)."""
+    target = float(slo.attainment if slo.attainment is not None else slo.percentile / 100.0)
+    out = []
+    if slo.ttft_ms is not None:
+        out.append(Constraint("ttft", target, slo.ttft_ms / 1e3, None))
+    if slo.tpot_ms is not None:
+        out.append(Constraint("tpot", target, None, slo.tpot_ms / 1e3))
+    return out
 
 
-@dataclass(frozen=True)
-class RateCheck:
-    """The SLO verdict at one arrival rate.
-
-    ``attainment[k]`` is the interval of constraint ``k``'s fraction; ``ttft``/``tpot`` the
-    SLO-percentile latencies (s) with their intervals; ``seeds`` the runs used.
-    """
-
-    rate: float
-    seeds: int
-    requests: int
-    attainment: dict[str, Interval]
-    targets: dict[str, float]
-    ttft: Interval
-    tpot: Interval
-
-    def margin(self, which: str) -> float:
-        """Smallest ``p_k - target_k`` at the interval end ``which`` (estimate/low/high)."""
-        vals = [getattr(iv, which) - self.targets[k] for k, iv in self.attainment.items()]
-        return float(min(vals))
-
-    @property
-    def met(self) -> bool:
-        """Every constraint's lower confidence bound reaches its target."""
-        return self.margin("low") >= 0.0
-
-    @property
-    def point(self) -> bool:
-        return self.margin("estimate") >= 0.0
-
-    @property
-    def plausible(self) -> bool:
-        """No constraint's upper confidence bound is below its target."""
-        return self.margin("high") >= 0.0
-
-    @property
-    def verdict(self) -> str:
-        return "met" if self.met else ("violated" if not self.plausible else "uncertain")
+def meets(c: Constraint, ttft: np.ndarray, tpot: np.ndarray) -> np.ndarray:
+    """Which requests (seconds) meet constraint ``c``: a request never served (TTFT ``inf``,
+    e.g. a prompt longer than ``max_model_len``) misses every goal; a one-token output (TPOT
+    NaN) meets any TPOT goal (:func:`serveplan.sim.summary.meets_goals`)."""
+    return meets_goals(ttft, tpot, c.ttft_s, c.tpot_s)
 
 
 def check_rate(prep: PreparedDeployment, rate: float, slo: SLO, *, fidelity: str = "auto",
@@ -268,7 +142,7 @@ def check_rate(prep: PreparedDeployment, rate: float, slo: SLO, *, fidelity: str
     """
     if not 0.0 <= warmup < 1.0:
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
-    cons = constraints(slo)
+    cons, alone = constraints(slo), goals(slo)
     q = slo.percentile / 100.0
     level = 1.0 - (1.0 - confidence) / (len(seeds) * len(cons))
     ok_runs: dict[str, list] = {c.metric: [] for c in cons}
@@ -281,13 +155,16 @@ def check_rate(prep: PreparedDeployment, rate: float, slo: SLO, *, fidelity: str
         ttfts.append(ttft)
         tpots.append(tpot)
         for c in cons:
-            ok_runs[c.metric].append(_meets(c, ttft, tpot))
+            ok_runs[c.metric].append(meets(c, ttft, tpot))
         att = {k: attainment_interval(v, level, batches) for k, v in ok_runs.items()}
+        pooled = (np.concatenate(ttfts), np.concatenate(tpots))
         check = RateCheck(
-            rate=float(rate), seeds=i + 1, requests=int(sum(t.size for t in ttfts)),
+            rate=float(rate), seeds=i + 1, requests=int(pooled[0].size),
             attainment=att, targets={c.metric: c.target for c in cons},
             ttft=quantile_interval(ttfts, q, level, batches),
-            tpot=quantile_interval(tpots, q, level, batches))
+            tpot=quantile_interval(tpots, q, level, batches),
+            goal_attainment={g.metric: float(meets(g, *pooled).mean()) for g in alone},
+            goal_target=alone[0].target)
         if check.verdict != "uncertain":
             break
     return check
@@ -305,17 +182,20 @@ def _analytic_attainment(est, c: Constraint) -> np.ndarray:
 def analytic_checks(prep: PreparedDeployment, rates, slo: SLO) -> list[RateCheck]:
     """Level-1 verdicts at ``rates`` (exact intervals: the analytic level has no noise)."""
     est = prep.analytic(rates)
-    cons = constraints(slo)
+    cons, alone = constraints(slo), goals(slo)
     q = slo.percentile / 100.0
     att = {c.metric: _analytic_attainment(est, c) for c in cons}
+    each = {g.metric: _analytic_attainment(est, g) for g in alone}
     ttft, tpot = est.ttft_quantile(q), est.tpot_quantile(q)
-    out = []
-    for i, r in enumerate(est.rates):
-        a = {k: Interval(float(v[i]), float(v[i]), float(v[i])) for k, v in att.items()}
-        out.append(RateCheck(float(r), 0, 0, a, {c.metric: c.target for c in cons},
-                             Interval(float(ttft[i]), float(ttft[i]), float(ttft[i])),
-                             Interval(float(tpot[i]), float(tpot[i]), float(tpot[i]))))
-    return out
+
+    def exact(x: float) -> Interval:
+        return Interval(float(x), float(x), float(x))
+
+    return [RateCheck(float(r), 0, 0, {k: exact(v[i]) for k, v in att.items()},
+                      {c.metric: c.target for c in cons}, exact(ttft[i]), exact(tpot[i]),
+                      goal_attainment={k: float(v[i]) for k, v in each.items()},
+                      goal_target=alone[0].target, sustainable=bool(est.feasible[i]))
+            for i, r in enumerate(est.rates)]
 
 
 def analytic_goodput(prep: PreparedDeployment, slo: SLO, *, rtol: float = 1e-3) -> float:
@@ -334,79 +214,6 @@ def analytic_goodput(prep: PreparedDeployment, slo: SLO, *, rtol: float = 1e-3) 
 
 
 # ----------------------------------------------------------------------------- bisection
-@dataclass(frozen=True)
-class GoodputResult:
-    r"""Goodput :math:`\hat\lambda \in [\lambda^-, \lambda^+]` (req/s) and how it was found.
-
-    ``next_rate``/``next_low``/``next_high`` are the evaluated rates just above each (where
-    the predicate failed); ``checks`` every evaluated rate, ascending.
-    """
-
-    rate: float
-    low: float
-    high: float
-    next_rate: float
-    next_low: float
-    next_high: float
-    fidelity: str
-    analytic: float
-    capacity: float
-    t_min: float
-    gpus: int
-    checks: tuple[RateCheck, ...]
-    slo: SLO
-    seeds: tuple[int, ...]
-    confidence: float
-    rtol: float
-    censored: bool = False
-    attrs: dict = field(default_factory=dict)
-
-    @property
-    def per_gpu(self) -> float:
-        return self.rate / self.gpus if self.gpus else float("nan")
-
-    def check_at(self, rate: float) -> RateCheck | None:
-        for c in self.checks:
-            if c.rate == rate:
-                return c
-        return None
-
-    def to_dataset(self):
-        """Evaluated rates as an ``xarray.Dataset`` (``rate`` x ``stat`` estimate/low/high)."""
-        import xarray as xr
-
-        from serveplan import __version__
-
-        rates = np.array([c.rate for c in self.checks])
-        stat = ["estimate", "low", "high"]
-        data = {
-            "ttft_p_s": (("rate", "stat"), np.array([c.ttft.as_tuple() for c in self.checks])
-                         .reshape(-1, 3), {"units": "s", "long_name":
-                                           f"P{self.slo.percentile:g} TTFT"}),
-            "tpot_p_s": (("rate", "stat"), np.array([c.tpot.as_tuple() for c in self.checks])
-                         .reshape(-1, 3), {"units": "s", "long_name":
-                                           f"P{self.slo.percentile:g} TPOT"}),
-            "verdict": (("rate",), np.array([c.verdict for c in self.checks], dtype=object)),
-            "seeds_used": (("rate",), np.array([c.seeds for c in self.checks], dtype=np.int64)),
-        }
-        for k in (self.checks[0].attainment if self.checks else {}):
-            data[f"attainment_{k}"] = (("rate", "stat"), np.array(
-                [c.attainment[k].as_tuple() for c in self.checks]).reshape(-1, 3))
-        attrs = {
-            "goodput": self.rate, "goodput_low": self.low, "goodput_high": self.high,
-            "goodput_per_gpu": self.per_gpu, "next_rate": self.next_rate,
-            "next_low": self.next_low, "next_high": self.next_high,
-            "fidelity": self.fidelity, "analytic_goodput": self.analytic,
-            "capacity": self.capacity, "t_min": self.t_min, "gpus": self.gpus,
-            "seeds": json.dumps(list(self.seeds)), "confidence": self.confidence,
-            "rtol": self.rtol, "censored": int(self.censored),
-            "slo": self.slo.model_dump_json(), "serveplan_version": __version__,
-            **{k: (v if isinstance(v, (int, float, str)) else json.dumps(v, default=float))
-               for k, v in self.attrs.items()},
-        }
-        return xr.Dataset(data, coords={"rate": rates, "stat": stat}, attrs=attrs)
-
-
 class _Brackets:
     """Evaluated rates and, per predicate, the largest true rate below the smallest false."""
 
@@ -472,7 +279,9 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
                   gpus=prep.gpus, slo=slo, seeds=tuple(seeds), confidence=confidence,
                   rtol=rtol)
     if level == "analytic":
-        return _analytic_result(prep, slo, lam_a, cap, rtol, common)
+        return _analytic_result(prep, slo, lam_a, cap, rtol, {**common, "ceiling": cap})
+    ceiling, n = rate_ceiling(prep, warmup)
+    common.update(ceiling=ceiling, requests_per_run=n)
 
     book = _Brackets()
 
@@ -482,27 +291,47 @@ def find_goodput(prep: PreparedDeployment, slo: SLO, *, fidelity: str = "auto",
         book.add(c)
         return c
 
-    start = lam_a if lam_a > 0 else 0.5 * cap
-    censored = _step_to_brackets(run, book, start, max(4.0 * cap, 4.0 * start), grow, max_evals)
+    start = min(lam_a if lam_a > 0 else 0.5 * cap, ceiling)
+    censored = _step_to_brackets(run, book, start, ceiling, grow, max_evals)
     _narrow_brackets(run, book, rtol, max_evals)
     return _bracketed_result(book, censored, common)
 
 
+def verifiable_utilisation(n: int) -> float:
+    r"""Highest utilisation whose steady state a run of ``n`` requests shows:
+    :math:`n/(1+\sqrt n)^2` (module docstring, "Sustainable rates only").
+
+    >>> round(verifiable_utilisation(1800), 4)
+    0.9545
+    """
+    return float(n / (1.0 + math.sqrt(n)) ** 2) if n > 0 else 0.0
+
+
+def rate_ceiling(prep: PreparedDeployment, warmup: float) -> tuple[float, int]:
+    """``(ceiling, n)``: the highest rate a simulated run of ``prep`` can vouch for, and the
+    requests ``n`` each run keeps after dropping the ``warmup`` fraction."""
+    total = len(prep.unit_requests(prep.seeds[0]).prompt_len)
+    n = total - int(np.floor(warmup * total))
+    return prep.capacity() * verifiable_utilisation(n), n
+
+
 def _analytic_result(prep: PreparedDeployment, slo: SLO, lam_a: float, cap: float, rtol: float,
                      common: dict) -> GoodputResult:
-    """Goodput at the analytic level: its goodput, with the analytic checks on a rate grid."""
-    grid = np.unique(np.concatenate([np.geomspace(cap * 1e-2, cap, 24), [lam_a]]))
+    """Goodput at the analytic level: its goodput, with the analytic checks on a rate grid
+    that includes the goodput and the rate just above it (where the SLO or stability fails)."""
+    nxt = lam_a * (1 + rtol) if lam_a > 0 else cap * 1e-4
+    grid = np.unique(np.concatenate([np.geomspace(cap * 1e-2, cap, 24), [lam_a, nxt]]))
     grid = grid[grid > 0]
-    nxt = lam_a * (1 + rtol)
     return GoodputResult(rate=lam_a, low=lam_a, high=lam_a, next_rate=nxt, next_low=nxt,
                          next_high=nxt, checks=tuple(analytic_checks(prep, grid, slo)), **common)
 
 
 def _step_to_brackets(run, book: _Brackets, start: float, ceiling: float, grow: float,
                       max_evals: int) -> bool:
-    """Step the rate up from ``start`` while the SLO is plausible (to ``ceiling``), then down
-    until it is met (to ``start / 1000``), by factors ``grow``, ``grow**2``, ``grow**4``, ...;
-    returns whether the last rate up was still plausible (censored)."""
+    """Step the rate up from ``start`` while the SLO is plausible (to ``ceiling``, the highest
+    verifiable rate, never beyond), then down until it is met (to ``start / 1000``), by
+    factors ``grow``, ``grow**2``, ``grow**4``, ...; returns whether the last rate up was
+    still plausible (censored)."""
     floor = start * 1e-3
     c = run(start)
     r, f = start, grow

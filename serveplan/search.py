@@ -8,14 +8,16 @@ finds each one's goodput by bisection with its simulator, and ranks them by good
 1. **Enumerate** every ``xm`` with :math:`x\,t \le G` and every ``ypzd`` with
    :math:`y\,t_p + z\,t_d \le G` over the allowed tensor-parallel sizes (prefill and decode
    may differ), pipeline size and expert parallelism given by the spec.
-2. **Prune by memory**: a TP size the model cannot be split over, or whose instance does not
-   fit (the memory planner), is recorded with its reason and never evaluated.
+2. **Prune by memory**: a TP size the model cannot be split over (``invalid``), or whose
+   instance does not fit the memory planner (``oom``), is recorded with its reason and never
+   evaluated.
 3. **Analytic level** for every remaining strategy (microseconds to milliseconds each): its
    goodput and an *upper bound* on it. The bound is the throughput of the instance counts
    with prefill at its best batching and decode at the fastest batch whose step meets the
    TPOT goal, zero if one prefill alone exceeds the TTFT goal, times a 10% slack for the
    noise of a P90 (a heuristic bound, not a theorem: the P90 TPOT can sit below the step
-   time of the mean batch).
+   time of the mean batch). A strategy whose bound is zero cannot meet the SLO at any rate:
+   it is ``pruned`` with the best TTFT or TPOT it can achieve (one request alone).
 4. **Dominance**: scaling a strategy's instance counts by an integer never lowers its goodput
    per GPU -- round-robin over more colocated instances gives each a smoother (Erlang)
    input, and a larger prefill pool pools its queue while each decode instance keeps its
@@ -26,7 +28,12 @@ finds each one's goodput by bisection with its simulator, and ranks them by good
    bisection of :mod:`serveplan.goodput`; once ``top`` strategies are decided, a strategy
    whose bound per GPU is below the ``top``-th best decided goodput per GPU is ``pruned``.
    At most ``max_decide`` strategies are decided; any others whose bound still exceeds the
-   incumbent are reported ``budget`` (not decided).
+   incumbent are reported ``budget`` (not decided). A decided goodput is never above the
+   rate its runs can vouch for (below the capacity bound); where the SLO still holds there it
+   is censored and ``binding`` says ``capacity`` (:mod:`serveplan.goodput`).
+
+A search where no strategy has a positive goodput is refused by the command line with one
+reason per strategy class (architecture x TP): :mod:`serveplan.search_report`.
 
 The result is an ``xarray.Dataset`` on a ``strategy`` dim (rank order) with coords
 architecture, name, instance counts, TP sizes and GPUs.
@@ -34,7 +41,6 @@ architecture, name, instance counts, TP sizes and GPUs.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -48,6 +54,7 @@ from serveplan.deployments import PDDeployment, Pool, gpus, strategy_name
 from serveplan.estimator.specs import SpecError
 from serveplan.fidelity import PreparedDeployment, Workspace, resolve_fidelity
 from serveplan.goodput import analytic_goodput, find_goodput
+from serveplan.search_report import search_table
 
 __all__ = ["SearchSpec", "enumerate_strategies", "run_search", "search_table"]
 
@@ -204,6 +211,11 @@ class _Row:
     tpot: float = float("nan")
     seconds: float = 0.0
     prep: object = None
+    binding: str = ""
+    censored: bool = False
+    summary: str = ""
+    min_ttft: float = float("nan")
+    min_tpot: float = float("nan")
 
     @property
     def gpus(self) -> int:
@@ -247,10 +259,33 @@ def _prepare(rows: list[_Row], spec: SearchSpec, ws: Workspace, seeds) -> None:
             row.prep = PreparedDeployment(row.deployment, workload, seeds=seeds,
                                           workspace=ws)
         except SpecError as exc:
-            row.status, row.reason = "oom", str(exc).splitlines()[0]
+            reason = str(exc).splitlines()[0]
+            fits = "GiB" in reason or "KV" in reason
+            row.status = "oom" if fits else "invalid"
+            row.reason = f"does not fit: {reason}" if fits else reason
             continue
         row.bound = upper_bound(row.prep, spec.slo)
         row.analytic = analytic_goodput(row.prep, spec.slo)
+        row.min_ttft, row.min_tpot = best_latencies(row.prep)
+
+
+def best_latencies(prep: PreparedDeployment) -> tuple[float, float]:
+    """``(TTFT, TPOT)`` in seconds of one request alone: the best the strategy can achieve
+    (the TTFT includes the KV transfer of a disaggregated deployment; TPOT is NaN for
+    one-token outputs)."""
+    p, c = prep.prefill_costs, prep.decode_costs
+    tpot = float(c.t_step(1.0)) if c.decode_tokens > 0 else float("nan")
+    return float(p.prefill_s + prep.kv_transfer_s), tpot
+
+
+def impossible_reason(row: _Row, slo: SLO) -> str:
+    """Why a strategy whose bound is zero can meet the SLO at no rate (module docstring)."""
+    for name, best, goal in (("TTFT", row.min_ttft, slo.ttft_ms),
+                             ("TPOT", row.min_tpot, slo.tpot_ms)):
+        if goal is not None and best * 1e3 > goal:
+            return (f"SLO impossible: best achievable {name} is {best * 1e3:,.1f} ms (one "
+                    f"request alone) > goal {goal:,.4g} ms")
+    return "SLO impossible: one request alone misses it"
 
 
 def _workload(spec: SearchSpec):
@@ -288,7 +323,7 @@ def run_search(spec: SearchSpec, *, workspace: Workspace | None = None, progress
         if row.per_gpu(row.bound) < incumbent or row.bound == 0.0:
             row.status = "pruned"
             row.reason = ("analytic bound below the incumbent" if row.bound > 0 else
-                          "one request alone misses the SLO")
+                          impossible_reason(row, spec.slo))
             continue
         if decided >= spec.max_decide:
             row.status, row.reason = "budget", f"max_decide={spec.max_decide} reached"
@@ -307,7 +342,8 @@ def _decide(row: _Row, spec: SearchSpec, seeds) -> None:
     g = find_goodput(row.prep, spec.slo, fidelity=level, seeds=seeds,
                      confidence=spec.confidence, rtol=spec.rtol)
     row.status = "decided"
-    row.goodput, row.low, row.high, row.fidelity = g.rate, g.low, g.high, g.fidelity
+    row.goodput, row.low, row.high, row.fidelity = g.rate, g.low, g.upper, g.fidelity
+    row.binding, row.censored, row.summary = g.binding, g.point_censored, g.sentence()
     at = g.check_at(g.rate)
     if at is not None:
         row.ttft, row.tpot = at.ttft.estimate, at.tpot.estimate
@@ -332,7 +368,7 @@ def _name(d) -> str:
     return f"{strategy_name(d)}-tp{c['tp_prefill']}"
 
 
-_ORDER = {"decided": 0, "budget": 1, "dominated": 2, "pruned": 3, "oom": 4}
+_ORDER = {"decided": 0, "budget": 1, "dominated": 2, "pruned": 3, "oom": 4, "invalid": 5}
 
 
 def _dataset(rows: list[_Row], spec: SearchSpec, seconds: float):
@@ -364,9 +400,14 @@ def _dataset(rows: list[_Row], spec: SearchSpec, seconds: float):
         "upper_bound": col(lambda r: r.bound),
         "ttft_p_s": col(lambda r: r.ttft),
         "tpot_p_s": col(lambda r: r.tpot),
+        "min_ttft_s": col(lambda r: r.min_ttft),
+        "min_tpot_s": col(lambda r: r.min_tpot),
         "decide_seconds": col(lambda r: r.seconds),
         "status": ("strategy", np.array([r.status for r in rows], dtype=object)),
         "reason": ("strategy", np.array([r.reason for r in rows], dtype=object)),
+        "binding": ("strategy", np.array([r.binding for r in rows], dtype=object)),
+        "censored": ("strategy", np.array([r.censored for r in rows], dtype=np.int8)),
+        "summary": ("strategy", np.array([r.summary for r in rows], dtype=object)),
         "fidelity": ("strategy", np.array([r.fidelity for r in rows], dtype=object)),
         "deployment": ("strategy", np.array([r.deployment.model_dump_json() for r in rows],
                                             dtype=object)),
@@ -380,41 +421,3 @@ def _dataset(rows: list[_Row], spec: SearchSpec, seconds: float):
              "slo": spec.slo.model_dump_json(), "search_seconds": seconds,
              "kind": "search"}
     return xr.Dataset(data, coords=coords, attrs=attrs)
-
-
-def search_table(ds, limit: int = 20):
-    """A rich table of the best ``limit`` strategies of a search Dataset."""
-    from rich.table import Table
-
-    spec = json.loads(ds.attrs["spec"])
-    slo = json.loads(ds.attrs["slo"])
-    p = f"P{slo['percentile']:g}"
-    goals = ", ".join(f"{n} <= {slo[k]:g} ms" for n, k in (("TTFT", "ttft_ms"),
-                                                             ("TPOT", "tpot_ms")) if slo[k])
-    t = Table(title=f"{spec['model']} on {spec['gpus']}x {spec['gpu']}: goodput per GPU, "
-              f"{p} {goals}", title_justify="left")
-    for col, just in (("#", "right"), ("strategy", "left"), ("GPUs", "right"),
-                      ("req/s/GPU", "right"), ("req/s [CI]", "right"),
-                      ("analytic", "right"), (f"{p} TTFT", "right"), (f"{p} TPOT", "right"),
-                      ("level", "left"), ("status", "left")):
-        t.add_column(col, justify=just, no_wrap=True)
-
-    def f(x, digits=2):
-        return "—" if x != x else f"{x:,.{digits}f}"
-
-    for i in range(min(limit, ds.sizes["strategy"])):
-        r = ds.isel(strategy=i)
-        status = str(r["status"].values)
-        decided = status == "decided"
-        t.add_row(str(int(r["rank"])) if int(r["rank"]) else "",
-                  str(r["name"].values), str(int(r["gpus"])),
-                  f(float(r["goodput_per_gpu"] if decided else r["analytic_per_gpu"]), 3)
-                  + ("" if decided else "*"),
-                  (f"{f(float(r['goodput']))} [{f(float(r['goodput_low']))}, "
-                   f"{f(float(r['goodput_high']))}]") if decided else "—",
-                  f(float(r["analytic_goodput"])),
-                  f(float(r["ttft_p_s"]) * 1e3, 0) + (" ms" if decided else ""),
-                  f(float(r["tpot_p_s"]) * 1e3, 1) + (" ms" if decided else ""),
-                  str(r["fidelity"].values), status)
-    t.caption = "* analytic estimate (strategy not decided at fidelity)"
-    return t

@@ -22,8 +22,11 @@ config, seed, measure, fidelity and package version. Re-running the same command
 crash or Ctrl-C computes only the missing cells, and the merged Dataset is always built
 from the checkpoint files, so an interrupted-and-resumed sweep writes the same file as an
 uninterrupted one. Invalid cells (a config pydantic rejects, an instance the memory planner
-cannot fit, a rate above capacity at the analytic level) record ``status`` and ``reason``
-instead of stopping the sweep.
+cannot fit, a rate above capacity at the analytic level, a goodput of zero) record
+``status`` and ``reason`` instead of stopping the sweep; a sweep in which no cell is
+feasible is refused by the command line with the reasons (:func:`infeasible_reasons`).
+Mistakes in the grid itself fail before any cell runs (:func:`check_spec`): a grid field
+that names no config field, and ``measure: goodput`` without an SLO.
 """
 
 from __future__ import annotations
@@ -45,10 +48,11 @@ from serveplan.deployments import PDDeployment, gpus, parse_deployment, strategy
 from serveplan.errors import UserError, format_validation_error
 from serveplan.estimator.specs import SpecError
 from serveplan.fidelity import PreparedDeployment, Workspace, resolve_fidelity
-from serveplan.goodput import GoodputOptions, constraints, find_goodput
+from serveplan.goodput import GoodputOptions, constraints, find_goodput, meets
+from serveplan.sim.summary import latency_percentile
 
-__all__ = ["CellConfig", "SweepSpec", "load_cells", "merge_cells", "run_one", "run_sweep",
-           "sweep_points"]
+__all__ = ["CellConfig", "SweepSpec", "check_spec", "infeasible_reasons", "load_cells",
+           "merge_cells", "run_one", "run_sweep", "sweep_points"]
 
 Scalar = str | int | float | bool
 
@@ -129,6 +133,56 @@ class SweepPoint:
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def check_spec(spec: SweepSpec) -> None:
+    """Refuse, before any cell runs, grid fields that name no config field and a goodput
+    sweep without an SLO (:class:`~serveplan.errors.UserError`, one line per problem)."""
+    errors = [f"grid.{key}: {why}" for key, values in spec.grid.items()
+              if (why := _unknown_field(spec.base, key, values[0]))]
+    has_slo = bool(spec.base.get("slo")) or any(k.split(".")[0] == "slo" for k in spec.grid)
+    if spec.measure == "goodput" and not has_slo:
+        errors.append("measure: goodput needs an SLO: add base.slo with ttft_ms and/or "
+                      "tpot_ms")
+    if errors:
+        raise UserError("\n".join(errors))
+
+
+def _unknown_field(base: dict, key: str, value) -> str:
+    """Why ``key`` names no field of a cell config ("" if it does)."""
+    import difflib
+
+    try:
+        cfg = set_path(base, key, value)
+    except (ValueError, KeyError, TypeError) as exc:
+        return str(exc).strip("'\"")
+    try:
+        CellConfig.model_validate(cfg)
+    except ValidationError as exc:
+        leaf = key.split(".")[-1]
+        if any(e["type"] == "extra_forbidden" and e["loc"] and str(e["loc"][-1]) == leaf
+               for e in exc.errors()):
+            close = difflib.get_close_matches(leaf, _field_names(), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            return f"no config field {leaf!r} there{hint}"
+    return ""
+
+
+def _field_names() -> list[str]:
+    """Every field name a cell config's schema knows (for close-match hints)."""
+    names: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            names.update(node.get("properties", {}))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(CellConfig.model_json_schema())
+    return sorted(names)
+
+
 def sweep_points(spec: SweepSpec) -> list[SweepPoint]:
     """Every cell of the grid, in C order (the last grid field varies fastest)."""
     fields = list(spec.grid)
@@ -149,20 +203,21 @@ LATENCY_VARS = ("arrival_rate", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft
                 "output_tok_s_per_gpu", "tok_s_per_user", "slo_attainment", "utilisation")
 GOODPUT_VARS = ("goodput", "goodput_low", "goodput_high", "goodput_per_gpu")
 STRING_VARS = ("status", "reason", "architecture", "strategy", "fidelity")
+GOODPUT_STRING_VARS = ("binding",)
 
 
 def _empty(measure: str) -> dict:
     out = {k: float("nan") for k in LATENCY_VARS}
+    out.update({k: "" for k in STRING_VARS})
     if measure == "goodput":
         out.update({k: float("nan") for k in GOODPUT_VARS})
-    out.update({k: "" for k in STRING_VARS})
+        out.update({k: "" for k in GOODPUT_STRING_VARS})
     out["gpus"] = 0
     return out
 
 
 def _pct(x: np.ndarray, q: float) -> float:
-    x = x[~np.isnan(x)]
-    return float(np.quantile(x, q)) if x.size else float("nan")
+    return latency_percentile(x, 100.0 * q)  # rejected requests (inf) count as slowest
 
 
 def _latency_from_samples(m, warmup: float, slo: SLO | None, out: dict) -> None:
@@ -180,13 +235,10 @@ def _latency_from_samples(m, warmup: float, slo: SLO | None, out: dict) -> None:
     if span > 0:
         out["throughput_rps"] = len(m) / span
         out["output_tok_s"] = float(m.output_len.sum()) / span
-    if slo is not None:
+    if slo is not None:  # a rejected request (TTFT inf) counts as a miss
         ok = np.ones(ttft.shape, dtype=bool)
         for c in constraints(slo):
-            if c.ttft_s is not None:
-                ok &= ttft <= c.ttft_s
-            if c.tpot_s is not None:
-                ok &= ~(tpot > c.tpot_s)
+            ok &= meets(c, ttft, tpot)
         out["slo_attainment"] = float(ok.mean()) if ok.size else float("nan")
 
 
@@ -263,8 +315,10 @@ def _compute(point: SweepPoint, seed: int, cfg: CellConfig, out: dict, ws: Works
             return out
         g = find_goodput(prep, cfg.slo, fidelity=level, seeds=seeds,
                          confidence=opts.confidence, rtol=opts.rtol, warmup=opts.warmup)
-        out.update(goodput=g.rate, goodput_low=g.low, goodput_high=g.high,
-                   goodput_per_gpu=g.per_gpu, arrival_rate=g.rate)
+        out.update(goodput=g.rate, goodput_low=g.low, goodput_high=g.upper,
+                   goodput_per_gpu=g.per_gpu, arrival_rate=g.rate, binding=g.binding)
+        if g.rate <= 0.0:
+            out.update(status="infeasible", reason=g.sentence())
         at = g.check_at(g.rate)
         if at is not None:
             out.update(ttft_slo_p_s=at.ttft.estimate, tpot_slo_p_s=at.tpot.estimate)
@@ -345,15 +399,16 @@ def merge_cells(spec: SweepSpec, points: list[SweepPoint], done: dict[str, dict]
     names = [dims[f] for f in spec.grid]
     shape = spec.shape
     keys = [p.key() for p in points]
-    first = done[keys[0]]
+    blank = _empty(spec.measure)  # a checkpoint written before a variable existed lacks it
     data = {}
-    for var in first:
-        if var in STRING_VARS:
-            arr = np.array([done[k][var] for k in keys], dtype=object).reshape(shape)
+    for var in done[keys[0]]:
+        values = [done[k].get(var, blank.get(var)) for k in keys]
+        if var in STRING_VARS or var in GOODPUT_STRING_VARS:
+            arr = np.array(values, dtype=object).reshape(shape)
         elif var == "gpus":
-            arr = np.array([done[k][var] for k in keys], dtype=np.int64).reshape(shape)
+            arr = np.array(values, dtype=np.int64).reshape(shape)
         else:
-            arr = np.array([done[k][var] for k in keys], dtype=np.float64).reshape(shape)
+            arr = np.array(values, dtype=np.float64).reshape(shape)
         data[var] = (names, arr)
     coords = {dims[f]: _coord(spec.grid[f]) for f in spec.grid}
     data = {(f"{k}_cell" if k in coords else k): v for k, v in data.items()}
@@ -361,6 +416,29 @@ def merge_cells(spec: SweepSpec, points: list[SweepPoint], done: dict[str, dict]
              "kind": "sweep", "measure": spec.measure, "fidelity": spec.fidelity,
              "grid_fields": json.dumps(dims)}
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def infeasible_reasons(ds) -> list[str]:
+    """If no cell of a merged sweep is feasible (status ``ok``, and a positive goodput for
+    ``measure: goodput``), one line per distinct reason with its cell count and a first cell;
+    else ``[]``."""
+    status = ds["status"].values
+    ok = status == "ok"
+    if "goodput" in ds:
+        ok &= ds["goodput"].values > 0
+    if ok.any():
+        return []
+    dims = list(ds["status"].dims)
+    seen: dict[tuple[str, str], list] = {}
+    for idx in np.ndindex(status.shape):
+        key = (str(status[idx]), str(ds["reason"].values[idx]))
+        seen.setdefault(key, []).append(idx)
+    lines = []
+    for (st, why), cells in seen.items():
+        first = ", ".join(f"{d}={ds[d].values[i]}" for d, i in zip(dims, cells[0], strict=True))
+        lines.append(f"{st}: {why or 'no reason recorded'} ({len(cells):,} cell"
+                     f"{'s' if len(cells) != 1 else ''}, e.g. {first})")
+    return lines
 
 
 def _coord(values: list) -> np.ndarray:
@@ -397,6 +475,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, client=None, chunk_size: int 
     stop_after : int, optional
         Stop (raise ``KeyboardInterrupt``) after this many chunks -- for tests of resuming.
     """
+    check_spec(spec)
     points = sweep_points(spec)
     folder = cells_dir(out)
     done = load_cells(folder)

@@ -31,7 +31,9 @@ def test_goodput_json_and_netcdf(tmp_path):
     assert res.exit_code == 0, res.output
     s = json.loads(res.stdout)
     assert s["strategy"] == "1m" and s["fidelity"] == "request"
-    assert s["goodput_low"] <= s["goodput"] <= s["goodput_high"]
+    assert s["goodput_low"] <= s["goodput"] < s["goodput_high"]
+    assert s["binding"] in ("TTFT", "TPOT") and s["binding"] in s["summary"]
+    assert s["goodput"] <= s["verifiable_up_to"] < s["capacity_bound"]
     assert out.exists()
 
 
@@ -53,3 +55,18 @@ def test_goodput_errors_are_one_line(tmp_path):
     neg = {**CFG, "slo": {"ttft_ms": -1}}
     res = CliRunner().invoke(app, ["goodput", str(write(tmp_path, neg))])
     assert res.exit_code == 1 and "slo.ttft_ms" in res.output
+
+
+def test_loose_slo_reports_a_censored_bound_in_words(tmp_path):
+    """Goals no finite run can miss: the goodput is not reported above the capacity bound
+    but as a lower bound, and the table says that capacity binds."""
+    res = CliRunner().invoke(app, ["goodput", str(write(tmp_path, CFG)), "--ttft", "1000",
+                                   "--tpot", "1000", "--seeds", "1"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "at least" in text and "Capacity binds" in text and "censored" in text
+    res = CliRunner().invoke(app, ["goodput", str(write(tmp_path, CFG)), "--ttft", "1000",
+                                   "--tpot", "1000", "--seeds", "1", "--json"])
+    s = json.loads(res.stdout)
+    assert s["censored"] and s["binding"] == "capacity"
+    assert s["goodput"] <= s["verifiable_up_to"] < s["capacity_bound"] == s["goodput_high"]

@@ -15,7 +15,9 @@ from serveplan.goodput import (
     check_rate,
     constraints,
     find_goodput,
+    meets,
     quantile_interval,
+    verifiable_utilisation,
 )
 from serveplan.results_io import write_netcdf
 
@@ -142,3 +144,67 @@ def test_evaluate_is_the_fidelity_switch():
         evaluate(COLOCATED, workload(10), 5.0, fidelity="bogus")
     with pytest.raises(UserError, match="analytic"):
         evaluate(COLOCATED, workload(10), 5.0, fidelity="analytic")
+
+
+# ----------------------------------------------------------------------------- sustainable rates
+def test_verifiable_utilisation_is_where_the_relaxation_time_fills_the_run():
+    """M/M/1 relaxation time in arrivals, rho / (1 - sqrt(rho))^2 (Abate & Whitt 1987),
+    equals the run's n requests exactly at the ceiling; below it the run is longer."""
+    for n in (100, 1800, 18000):
+        rho = verifiable_utilisation(n)
+        assert rho / (1.0 - np.sqrt(rho)) ** 2 == pytest.approx(n, rel=1e-9)
+        below = 0.99 * rho
+        assert below / (1.0 - np.sqrt(below)) ** 2 < n
+    assert verifiable_utilisation(1800) == pytest.approx(1800 / (1 + 1800 ** 0.5) ** 2)
+    assert 0.954 < verifiable_utilisation(1800) < 0.955
+
+
+def test_loose_slo_is_censored_at_the_ceiling_not_reported_above_capacity():
+    """With goals no queue can miss, a finite run meets the SLO at any rate, even far above
+    capacity (the old answer: 4x the bound). Now no rate above the ceiling is evaluated and
+    the result says capacity binds."""
+    prep = PreparedDeployment(COLOCATED, workload(600), seeds=(0,))
+    loose = SLO(ttft_ms=1e9, tpot_ms=1e9)
+    g = find_goodput(prep, loose, fidelity="request", seeds=(0,), rtol=0.05)
+    n = 600 - 60  # 10% warm-up
+    assert g.requests_per_run == n
+    assert g.ceiling == pytest.approx(g.capacity * n / (1 + n ** 0.5) ** 2)
+    assert all(c.rate <= g.ceiling * (1 + 1e-12) for c in g.checks)
+    assert g.rate <= g.ceiling < g.capacity
+    assert g.point_censored and g.binding == "capacity"
+    assert g.upper == g.capacity
+    assert "at least" in g.sentence() and "Capacity binds" in g.sentence()
+
+
+def test_the_binding_goal_is_the_one_missed_at_the_next_rate(colocated):
+    """Tight TPOT with a loose TTFT binds on TPOT, and the other way round; checked against
+    the fractions of the simulated requests at the next rate."""
+    for slo, goal in ((SLO(ttft_ms=60_000, tpot_ms=20), "TPOT"),
+                      (SLO(ttft_ms=250, tpot_ms=1_000), "TTFT")):
+        g = find_goodput(colocated, slo, fidelity="request", seeds=(0,), rtol=0.05)
+        assert g.binding == goal and goal in g.sentence()
+        m = colocated.evaluate(g.next_rate, 0, "request")
+        start = len(m) // 10
+        ttft_ok = np.mean(m.ttft_s[start:] <= slo.ttft_ms / 1e3)
+        tpot_ok = np.mean(~(m.tpot_s[start:] > slo.tpot_ms / 1e3))
+        assert (tpot_ok < ttft_ok) == (goal == "TPOT")
+        assert min(ttft_ok, tpot_ok) < 0.9
+
+
+def test_interval_upper_end_is_the_first_confident_violation(colocated):
+    g = find_goodput(colocated, SLO_P90, fidelity="request", seeds=(0, 1), rtol=0.05)
+    assert g.upper == g.next_high and g.upper > g.low  # one bracket wide, never zero
+    assert g.check_at(g.upper).verdict == "violated"
+    assert g.check_at(g.low).verdict == "met"
+
+
+def test_a_rejected_request_misses_every_goal():
+    ttft = np.array([0.1, np.inf, 0.1, 0.9])
+    tpot = np.array([0.01, np.nan, np.nan, 0.01])
+    for slo, want in ((SLO(ttft_ms=500, tpot_ms=50), [1, 0, 1, 0]),
+                      (SLO(tpot_ms=50), [1, 0, 1, 1]),
+                      (SLO(ttft_ms=500, tpot_ms=50, attainment=0.9), [1, 0, 1, 0])):
+        ok = np.ones(4, dtype=bool)
+        for c in constraints(slo):
+            ok &= meets(c, ttft, tpot)
+        assert ok.astype(int).tolist() == want

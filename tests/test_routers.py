@@ -163,3 +163,79 @@ def test_router_state_survival_matches_online_estimator():
         R.on_finish(rt, k, 0, 10, int(n_out) - 1)
     est.update(lengths.astype(float))
     np.testing.assert_allclose(rt.surv, est.surv, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- entry routers
+def _entry_state(placement, prompt, computed, n_out):
+    """Instances with requests queued (``"w"``) or running (``"r"``) by hand:
+    ``placement[i]`` lists ``(request, "w" | "r")`` on instance ``i``."""
+    from serveplan.sim.state import (
+        G_ENTRY_HI,
+        G_ENTRY_LO,
+        I_NRUN,
+        N_GLOB,
+        make_inst,
+        make_reqs,
+        wq_push_back,
+    )
+
+    n = len(prompt)
+    reqs = make_reqs(np.zeros(n), prompt, np.full(n, 10_000))
+    reqs.computed[:] = computed
+    reqs.n_out[:] = n_out
+    inst = make_inst(len(placement), 8, 4, 8)
+    for i, entries in enumerate(placement):
+        for r, where in entries:
+            if where == "w":
+                wq_push_back(inst, i, r)
+            else:
+                inst.run[i, inst.ist[i, I_NRUN]] = r
+                inst.ist[i, I_NRUN] += 1
+    glob = np.zeros(N_GLOB, dtype=np.int64)
+    glob[G_ENTRY_LO], glob[G_ENTRY_HI] = 0, len(placement)
+    return inst, reqs, glob
+
+
+def test_least_estimated_tokens_uses_only_what_a_router_sees():
+    """Hand-computed loads with E = 100 expected output tokens: the true output lengths
+    (10,000 each, set in ``_entry_state``) play no part -- the router is not clairvoyant."""
+    from serveplan.sim import router as ER
+
+    prompt = [500, 200, 300, 50, 400]
+    computed = [0, 200, 150, 50, 0]      # request 1 decoding, 2 half prefilled, 3 decoding
+    n_out = [0, 30, 0, 120, 0]           # request 3 is past the expected length
+    placement = [[(0, "w")],             # 500 + 100                    = 600
+                 [(1, "r"), (2, "r")],   # (0 + 70) + (150 + 100)        = 320
+                 [(3, "r"), (4, "w")]]   # (0 + 1) + (400 + 100)         = 501
+    inst, reqs, glob = _entry_state(placement, prompt, computed, n_out)
+    loads = [ER.estimated_load(inst, reqs, i, 100) for i in range(3)]
+    assert loads == [600, 320, 501]
+    ref = ER.estimated_loads_reference([[r for r, _ in p] for p in placement], prompt,
+                                       computed, n_out, 100)
+    assert loads == ref.tolist()
+    code = ER.ROUTER_LEAST_ESTIMATED_TOKENS
+    assert ER.route_with_requests(code, 0, reqs, 100, inst, glob) == 1
+    # a longer expected output weighs request counts more: 1 request beats 2 at E = 1,000
+    assert ER.route_with_requests(code, 0, reqs, 1_000, inst, glob) == 0
+    # the other codes keep their meaning through the same entry point: 4 waiting + running
+    # scores 4, 2, 5
+    assert ER.route_with_requests(ER.ROUTER_LEAST_REQUESTS, 0, reqs, 100, inst, glob) == 1
+
+
+def test_least_estimated_tokens_matches_its_reference_on_random_states():
+    from serveplan.sim import router as ER
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n, k = 12, 4
+        prompt = rng.integers(1, 2_000, n)
+        computed = np.minimum(rng.integers(0, 2_500, n), prompt + 50)
+        n_out = rng.integers(0, 400, n)
+        owner = rng.integers(0, k, n)
+        placement = [[(r, "w" if rng.random() < 0.5 else "r") for r in np.flatnonzero(
+            owner == i)[:8]] for i in range(k)]
+        inst, reqs, glob = _entry_state(placement, prompt, computed, n_out)
+        ref = ER.estimated_loads_reference([[r for r, _ in p] for p in placement], prompt,
+                                           computed, n_out, 256)
+        got = ER.route_with_requests(ER.ROUTER_LEAST_ESTIMATED_TOKENS, 0, reqs, 256, inst, glob)
+        assert got == int(np.argmin(ref))

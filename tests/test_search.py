@@ -45,10 +45,14 @@ def test_search_ranks_decided_strategies_by_goodput_per_gpu(small_search):
     assert decided.sizes["strategy"] >= 2
     assert np.all(np.diff(per_gpu) <= 1e-12)
     assert decided["rank"].values.tolist() == list(range(1, len(per_gpu) + 1))
-    assert set(ds["status"].values) <= {"decided", "dominated", "pruned", "budget", "oom"}
+    assert set(ds["status"].values) <= {"decided", "dominated", "pruned", "budget", "oom",
+                                        "invalid"}
     for arch in ds["architecture"].values:
         assert arch in ("colocated", "pd")
     assert np.all(ds["goodput_low"].values[: len(per_gpu)] <= decided["goodput"].values)
+    # the interval [low, b) is at least one bisection bracket wide, never zero
+    assert np.all(decided["goodput_high"].values > decided["goodput_low"].values)
+    assert set(decided["binding"].values) <= {"TTFT", "TPOT", "capacity"}
 
 
 def test_dominated_and_pruned_strategies_do_not_beat_the_ranking(small_search):
@@ -93,5 +97,27 @@ def test_search_cli_json():
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert rows[0]["rank"] == 1 and rows[0]["goodput_per_gpu"] > 0
+    assert rows[0]["binding"] in ("TTFT", "TPOT", "capacity")
     bad = CliRunner().invoke(app, ["search", "--tp", "one"])
     assert bad.exit_code == 1 and "comma-separated" in bad.output
+
+
+def test_search_ends_with_a_recommendation_and_a_legend():
+    """The sentence names the best and the runner-up with the numbers of the JSON output,
+    and the gap between them computed here."""
+    args = ["search", "--model", "llama-3.1-8b", "--gpus", "2", "--tp", "1", "--isl", "1024",
+            "--osl", "64", "--ttft", "0.3", "--tpot", "0.03", "--requests", "400", "--seeds",
+            "1", "--fidelity", "request"]
+    rows = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    best, second = rows[0], rows[1]
+    assert f"Deploy {best['strategy']}" in text
+    assert f"{best['goodput_per_gpu']:,.2f} req/s per GPU" in text
+    assert f"{best['goodput']:,.2f} req/s in total" in text
+    gap = (best["goodput_per_gpu"] - second["goodput_per_gpu"]) / best["goodput_per_gpu"]
+    assert f"Runner-up: {second['strategy']}" in text and f"{gap:.1%} lower" in text
+    assert ("goal binds" in text) or ("capacity binds" in text)
+    for word in ("decided =", "dominated =", "level:", "req/s [a, b)", "binds:"):
+        assert word in text

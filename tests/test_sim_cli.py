@@ -105,7 +105,7 @@ def test_trace_replay_azure(cfg_file, shared_data):
 
 @pytest.mark.parametrize("args, message", [
     (["--set", "deployment.foo=1"], "deployment.foo: Extra inputs are not permitted"),
-    (["--rate", "-1"], "workload.poisson.rate: Input should be greater than 0"),
+    (["--rate", "-1"], "rate: Input should be greater than 0"),
     (["--set", "workload.kind=weird"], "workload: Input tag 'weird' found using 'kind'"),
     (["--scheduler", "fifo"], "fifo"),
     (["--set", "deployment.tp=x"], "deployment.tp: Input should be a valid integer"),
@@ -178,3 +178,53 @@ def test_vllm_startup_checks(cfg_file):
     assert r.exit_code == 1 and "smaller than max_model_len (4096)" in r.output
     r = run(cfg_file, "--scheduler", "prefill-priority", "--json")
     assert r.exit_code == 0, r.output
+
+
+def test_rejected_requests_count_against_the_slo(cfg_file, tmp_path):
+    """Prompts of max_model_len tokens or more are rejected at arrival; they are failures
+    in the summary, with the reason, and SLO misses: attainment is computed here by hand
+    over every request, the rejected ones included."""
+    out = tmp_path / "rej.nc"
+    r = run(cfg_file, "--set", "workload.isl={dist: uniform, low: 100, high: 300}", "--set",
+            "deployment.max_model_len=200", "--out", out, "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    ds = xr.open_dataset(out)
+    prompt = ds["prompt_len"].values
+    rejected = int((prompt >= 200).sum())
+    assert 10 < rejected < 50 and s["failed"] == rejected
+    assert s["completed"] + s["failed"] == 60
+    assert f"{rejected} rejected at arrival" in s["failed_reason"]
+    assert "max_model_len=200" in s["failed_reason"]
+    served = prompt < 200
+    ok = ((ds["ttft_s"].values[served] <= 1.0)
+          & ~(ds["tpot_s"].values[served] > 0.1))  # goals of cfg_file: 1000 ms, 100 ms
+    assert s["slo_attainment"] == pytest.approx(ok.sum() / 60)
+    assert s["slo_met"] is False and s["slo_p90_ttft_ms"] is None  # inf: not JSON
+    table = run(cfg_file, "--set", "workload.isl={dist: uniform, low: 100, high: 300}",
+                "--set", "deployment.max_model_len=200")
+    text = " ".join(table.output.split())
+    assert (f"failed: {rejected} of 60 requests: {rejected} rejected at arrival, prompt too "
+            "long (prompt_len >= max_model_len=200)") in text
+    assert "count against the SLO as misses" in text
+
+
+PD_DEPLOYMENT = {"architecture": "pd",
+                 "prefill": {"model": "llama-3.1-8b", "gpu": "h100", "num_gpu_blocks": 4000,
+                             "max_model_len": 4096},
+                 "decode": {"model": "llama-3.1-8b", "gpu": "h100", "num_gpu_blocks": 4000,
+                            "max_model_len": 4096}}
+
+
+@pytest.mark.parametrize("ttft_ms, word", [(1000, "yes"), (0.001, "no")])
+def test_slo_met_reads_the_same_for_colocated_and_pd(tmp_path, ttft_ms, word):
+    for name, deployment in (("colocated", DEPLOYMENT), ("pd", PD_DEPLOYMENT)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"deployment": deployment, "workload": WORKLOAD,
+                                        "slo": {"ttft_ms": ttft_ms, "tpot_ms": 100}}))
+        r = run(path, "--requests", 20)
+        assert r.exit_code == 0, r.output
+        row = [ln for ln in r.output.splitlines() if "slo_met" in ln]
+        assert len(row) == 1 and row[0].split()[-2] == word, (name, row)
+        assert json.loads(run(path, "--requests", 20, "--json").output)["slo_met"] is (
+            word == "yes")

@@ -16,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from serveplan.cli import app
+from serveplan.errors import UserError
 from serveplan.results_io import read_netcdf
 from serveplan.sweep import SweepSpec, cells_dir, run_one, run_sweep, sweep_points
 
@@ -102,7 +103,9 @@ def test_invalid_cells_record_why(tmp_path):
     assert (st.sel(tp=3) == "invalid").all()
     assert "tp=3" in str(ds["reason"].sel(model="llama-3.1-8b", tp=3, rate=4.0).values)
     typo = spec(grid={"deployment.tpp": [1]})
-    assert run_sweep(typo, tmp_path / "typo.nc")["status"].item() == "invalid"
+    with pytest.raises(UserError, match="grid.deployment.tpp"):
+        run_sweep(typo, tmp_path / "typo.nc")
+    assert not cells_dir(tmp_path / "typo.nc").exists()  # refused before any cell ran
 
 
 def test_goodput_measure(tmp_path):
@@ -111,6 +114,7 @@ def test_goodput_measure(tmp_path):
     g = ds["goodput"].values
     assert np.all(g > 0) and g[1] > g[0]
     assert np.all(ds["goodput_low"].values <= g)
+    assert set(ds["binding"].values) <= {"TTFT", "TPOT", "capacity"}
 
 
 def test_cli_sweep_killed_and_resumed_writes_the_same_file(reference, tmp_path):

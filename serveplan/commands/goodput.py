@@ -23,12 +23,13 @@ def goodput_summary(g) -> dict:
     at = g.check_at(g.rate)
     out = {
         "strategy": g.attrs.get("strategy", ""), "fidelity": g.fidelity, "gpus": g.gpus,
-        "goodput": g.rate, "goodput_low": g.low, "goodput_high": g.high,
-        "goodput_per_gpu": g.per_gpu, "analytic_goodput": g.analytic,
-        "capacity_bound": g.capacity, "t_min_s": g.t_min,
-        "bestserve_bracket": [0.1, 1.2 / g.t_min if g.t_min > 0 else None],
-        "evaluations": len(g.checks), "censored": g.censored,
-        "confidence": g.confidence,
+        "goodput": g.rate, "goodput_low": g.low, "goodput_high": g.upper,
+        "goodput_per_gpu": g.per_gpu, "binding": g.binding,
+        "censored": bool(g.censored or g.point_censored), "summary": g.sentence(),
+        "analytic_goodput": g.analytic, "capacity_bound": g.capacity,
+        "verifiable_up_to": g.ceiling, "requests_per_run": g.requests_per_run,
+        "t_min_s": g.t_min, "bestserve_bracket": [0.1, 1.2 / g.t_min if g.t_min > 0 else None],
+        "evaluations": len(g.checks), "confidence": g.confidence,
     }
     if at is not None:
         p = g.slo.percentile
@@ -38,16 +39,20 @@ def goodput_summary(g) -> dict:
 
 
 def _print(g, console: Console) -> None:
-    t = Table(title=f"goodput of {g.attrs.get('strategy', '')} ({g.gpus} GPUs) at "
-              f"{g.fidelity} level", show_header=False)
+    gpus = f"{g.gpus} GPU" + ("s" if g.gpus != 1 else "")
+    t = Table(title=f"goodput of {g.attrs.get('strategy', '')} ({gpus}) at {g.fidelity} level",
+              show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
-    t.add_row("goodput (req/s)", f"{g.rate:,.3f}")
-    t.add_row(f"{g.confidence:.0%} interval", f"[{g.low:,.3f}, {g.high:,.3f}]"
-              + (" (upper end censored)" if g.censored else ""))
+    t.add_row("goodput (req/s)", ("≥ " if g.point_censored else "") + f"{g.rate:,.3f}")
+    t.add_row(f"{g.confidence:.0%} interval", f"[{g.low:,.3f}, {g.upper:,.3f})"
+              + (" (upper end: capacity bound)" if g.upper == g.capacity else ""))
     t.add_row("per GPU (req/s)", f"{g.per_gpu:,.3f}")
+    t.add_row("binds", g.binding)
     t.add_row("analytic goodput", f"{g.analytic:,.3f}")
     t.add_row("capacity bound", f"{g.capacity:,.3f}")
+    if g.fidelity != "analytic":
+        t.add_row(f"verifiable up to ({g.requests_per_run:,} requests/run)", f"{g.ceiling:,.3f}")
     t.add_row("BestServe bracket 1.2/T_min", f"{1.2 / g.t_min:,.3f}" if g.t_min else "—")
     at = g.check_at(g.rate)
     if at is not None:
@@ -57,6 +62,10 @@ def _print(g, console: Console) -> None:
                       f"{_ms(iv.estimate)} [{_ms(iv.low)}, {_ms(iv.high)}]")
     t.add_row("rates evaluated", str(len(g.checks)))
     console.print(t)
+    console.print(g.sentence())
+    console.print(f"interval [a, b): the SLO is met with {g.confidence:.0%} confidence at a "
+                  "and confidently violated at b (or b is the capacity bound); its width "
+                  f"includes the search's resolution rtol = {g.rtol:g}.", style="dim")
 
 
 @app.command()

@@ -33,6 +33,8 @@ def _summary(ds) -> list[dict]:
                      "goodput": float(r["goodput"]), "goodput_low": float(r["goodput_low"]),
                      "goodput_high": float(r["goodput_high"]),
                      "goodput_per_gpu": float(r["goodput_per_gpu"]),
+                     "binding": str(r["binding"].values),
+                     "censored": bool(int(r["censored"])),
                      "analytic_goodput": float(r["analytic_goodput"]),
                      "fidelity": str(r["fidelity"].values)})
     return rows
@@ -62,8 +64,11 @@ def search(
     top: int = typer.Option(3, "--top", min=1, help="Decided before bound pruning."),
     max_decide: int = typer.Option(12, "--max-decide", min=1,
                                    help="Most strategies decided at fidelity."),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", min=2),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1,
+                                     help="max_num_seqs of every instance (requests per batch)."),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", min=2, help="Longest request in tokens (default: next power "
+        "of 2 above the longest request, at least 4096)."),
     limit: int = typer.Option(20, "--limit", help="Rows shown."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the results (.nc)."),
     as_json: bool = typer.Option(False, "--json", help="Print decided strategies as JSON."),
@@ -71,7 +76,8 @@ def search(
     """Every colocated (xm) and disaggregated (ypzd) strategy x TP, ranked by goodput/GPU."""
     from serveplan.config import SLO
     from serveplan.results_io import write_netcdf
-    from serveplan.search import SearchSpec, run_search, search_table
+    from serveplan.search import SearchSpec, run_search
+    from serveplan.search_report import feasible
 
     archs = tuple(a.strip() for a in arch.split(",") if a.strip())
     slo = SLO(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, percentile=percentile,
@@ -89,13 +95,33 @@ def search(
             f"decided {d} strategies (last: {name}) ..."))
     if out is not None:
         write_netcdf(ds, out)
+    if not feasible(ds):
+        raise UserError("\n".join(_refusal(ds, spec)))
     if as_json:
         typer.echo(json.dumps(_summary(ds), indent=2))
         return
-    console.print(search_table(ds, limit))
-    counts = {s: int((ds["status"].values == s).sum()) for s in
-              ("decided", "dominated", "pruned", "budget", "oom")}
-    console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v)
-                  + f" · {ds.attrs['search_seconds']:.1f} s")
+    _report(ds, console, limit)
     if out is not None:
         console.print(f"wrote {out}")
+
+
+def _report(ds, console: Console, limit: int) -> None:
+    """The table, its legend, the status counts and the recommendation."""
+    from serveplan.search_report import legend, recommendation, search_table
+
+    console.print(search_table(ds, limit))
+    console.print(legend(ds), style="dim", highlight=False)
+    counts = {s: int((ds["status"].values == s).sum()) for s in
+              ("decided", "dominated", "pruned", "budget", "oom", "invalid")}
+    console.print(", ".join(f"{v:,} {k}" for k, v in counts.items() if v)
+                  + f" · {ds.attrs['search_seconds']:,.1f} s")
+    console.print(recommendation(ds), highlight=False)
+
+
+def _refusal(ds, spec) -> list[str]:
+    """The error lines of a search where no strategy has a positive goodput."""
+    from serveplan.search_report import infeasible_reasons
+
+    head = (f"no strategy of {spec.model} on {spec.gpus}x {spec.gpu} (TP "
+            f"{','.join(map(str, spec.tp))}) has a positive goodput; per strategy class:")
+    return [head, *(f"  {line}" for line in infeasible_reasons(ds))]

@@ -45,13 +45,18 @@ def simulate(
     isl: int | None = typer.Option(None, "--isl", help="Fixed input (prompt) length."),
     osl: int | None = typer.Option(None, "--osl", help="Fixed output length."),
     scheduler: SchedulerOpt | None = typer.Option(None, "--scheduler", help="Scheduler policy."),
-    router: RouterOpt | None = typer.Option(None, "--router", help="Router between instances."),
+    router: RouterOpt | None = typer.Option(
+        None, "--router", help="Router between instances. least-outstanding-tokens is "
+        "clairvoyant: it charges each request its true output length, which a real router "
+        "cannot know (an optimistic reference; docs/goodput.md, Routers)."),
     num_instances: int | None = typer.Option(None, "--num-instances",
                                              help="Colocated instances."),
     num_gpu_blocks: int | None = typer.Option(None, "--num-gpu-blocks",
                                               help="Override the KV blocks per instance."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens"),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="Override max_num_seqs (requests per batch) of every instance."),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Override the per-step token budget of every instance."),
     set_: list[str] = typer.Option([], "--set",
                                    help="Any config field: --set deployment.block_size=32."),
 ) -> None:
@@ -70,8 +75,9 @@ def simulate(
     ds = run_config(cfg)
     summary = json.loads(ds.attrs["summary"])
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        ds.to_netcdf(out, engine="h5netcdf")
+        from serveplan.results_io import write_netcdf
+
+        write_netcdf(ds, out, kind="simulate")
     if as_json:
         typer.echo(summary_json(summary))
         return
@@ -79,5 +85,19 @@ def simulate(
     print_summary({k: (float("nan") if v is None else v) for k, v in summary.items()},
                   json.loads(ds.attrs["resolved"]), console,
                   pd=ds.attrs.get("architecture") == "pd")
+    failures = failure_line(summary)
+    if failures:
+        console.print(failures, highlight=False)
     if out is not None:
         console.print(f"wrote {out}")
+
+
+def failure_line(summary: dict) -> str:
+    """``failed: N of M requests: why.`` for a run with failed requests, else ``""``."""
+    failed = int(summary.get("failed") or 0)
+    if not failed:
+        return ""
+    total = failed + int(summary.get("completed") or 0)
+    why = summary.get("failed_reason") or "see the Dataset's status variable"
+    slo = " Failed requests count against the SLO as misses." if "slo_met" in summary else ""
+    return f"failed: {failed:,} of {total:,} requests: {why}.{slo}"

@@ -16,22 +16,8 @@ from rich.progress import (
 )
 
 from serveplan.commands.app import app
+from serveplan.commands.common import dask_client
 from serveplan.errors import UserError, report_errors
-
-
-def _client(scheduler: str | None, workers: int | None, threads: bool):
-    """A Dask client: an existing scheduler, a LocalCluster of ``workers``, or None."""
-    if scheduler and workers:
-        raise UserError("give --scheduler or --workers, not both")
-    if not scheduler and not workers:
-        return None
-    from dask.distributed import Client, LocalCluster
-
-    if scheduler:
-        return Client(scheduler)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=not threads,
-                           dashboard_address=None)
-    return Client(cluster)
 
 
 @app.command()
@@ -49,17 +35,33 @@ def sweep(
     fidelity: str | None = typer.Option(None, "--fidelity",
                                         help="Override: auto | analytic | request | iteration."),
 ) -> None:
-    """Run a parameter sweep; re-run the same command to resume after an interruption."""
+    """Run a parameter sweep; re-run the same command to resume after an interruption.
+
+    GRID is a YAML file:
+
+    \b
+      base:                  # deployment, workload, slo, seed (as for goodput)
+        deployment: {model: llama-3.1-8b, gpu: h100, tp: 1, num_instances: 1}
+        workload: {kind: poisson, rate: 4, num_requests: 1000, isl: 2048, osl: 64}
+        slo: {ttft_ms: 500, tpot_ms: 50}
+      grid:                  # dotted field -> values; one dimension per field
+        deployment.tp: [1, 2]
+        workload.rate: [2, 4, 8, 16]
+        seed: [0, 1]
+      measure: latency       # latency at workload.rate | goodput per cell
+      fidelity: request      # auto | analytic | request | iteration
+    """
     from serveplan.config import read_yaml
     from serveplan.results_io import write_netcdf
-    from serveplan.sweep import SweepSpec, cells_dir, run_sweep
+    from serveplan.sweep import SweepSpec, cells_dir, check_spec, infeasible_reasons, run_sweep
 
     data = read_yaml(grid)
     if fidelity is not None:
         data["fidelity"] = fidelity
     spec = SweepSpec.model_validate(data)
+    check_spec(spec)  # before a Dask cluster starts or any cell runs
     console = Console(stderr=True)
-    client = _client(scheduler, workers, threads)
+    client = dask_client(scheduler, workers, threads)
     try:
         columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
@@ -78,8 +80,13 @@ def sweep(
             if cluster is not None:
                 cluster.close()
     write_netcdf(ds, out)
+    refused = infeasible_reasons(ds)
+    if refused:
+        raise UserError("\n".join([f"no cell of the sweep is feasible (results written to "
+                                    f"{out}); by reason:", *(f"  {r}" for r in refused)]))
     status = ds["status"].values.ravel()
     counts = {s: int((status == s).sum()) for s in sorted(set(status))}
-    console.print(f"wrote {out} ({dict(ds.sizes)}) · " + ", ".join(f"{v} {k}"
-                                                             for k, v in counts.items())
+    sizes = " x ".join(f"{k} {v:,}" for k, v in ds.sizes.items())
+    console.print(f"wrote {out} ({sizes}) · " + ", ".join(f"{v:,} {k}"
+                                                        for k, v in counts.items())
                   + f" · checkpoints in {cells_dir(out)}")
