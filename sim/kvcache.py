@@ -28,9 +28,12 @@ import numpy as np
 
 from ._jitcache import sim_jit
 
-# meta columns
-M_HEAD, M_TAIL, M_NFREE, M_NBLOCKS = range(4)
-N_META = 4
+# meta columns. M_SCHED_NRUN / M_SCHED_FULL are the admission memo of schedulers that
+# close admission when memory runs short (SGLang's ``batch_is_full``): the running requests
+# the scheduler will still count at its next call (-1: those still running), and whether
+# admission is closed.
+M_HEAD, M_TAIL, M_NFREE, M_NBLOCKS, M_SCHED_NRUN, M_SCHED_FULL = range(6)
+N_META = 6
 EMPTY = -1
 
 KVPool = namedtuple("KVPool", ["ref", "key", "nxt", "prv", "meta", "ht_key", "ht_val"])
@@ -76,6 +79,8 @@ def reset_pool(pool, i, num_blocks):
     pool.meta[i, M_TAIL] = num_blocks - 1
     pool.meta[i, M_NFREE] = num_blocks
     pool.meta[i, M_NBLOCKS] = num_blocks
+    pool.meta[i, M_SCHED_NRUN] = 0
+    pool.meta[i, M_SCHED_FULL] = 0
     pool.ht_key[i, :] = EMPTY
     pool.ht_val[i, :] = EMPTY
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .engine_policies import kv_tokens_to_admit
 from .state import (
     K_ASYNC,
     K_BLOCK,
@@ -70,6 +71,11 @@ class EngineParams:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
         if not 0.0 <= self.new_token_ratio <= 1.0:
             raise ValueError(f"new_token_ratio must be in [0, 1], got {self.new_token_ratio!r}")
+        if self.policy == Policy.SGLANG and self.new_token_ratio > 0 and self.chunked and \
+                self.max_num_batched_tokens % self.block_size:
+            raise ValueError(  # SGLang asserts it: chunked_prefill_size % page_size == 0
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be a multiple of "
+                f"block_size ({self.block_size}) for SGLang's chunked prefill")
 
     @property
     def chunked(self) -> bool:
@@ -110,7 +116,10 @@ def check_capacity(prompt, output, ignored, params: EngineParams) -> int:
     if not live.any():
         return 1
     peak = prompt + output - 1  # tokens whose KV is computed by the last step
-    blocks = -(-peak // params.block_size)
+    # KV an empty instance must hold to admit the request at all (TRT-LLM no-evict and
+    # SGLang's reservation admit only with head-room to completion)
+    need = kv_tokens_to_admit(params.policy, params.new_token_ratio, prompt, output)
+    blocks = -(-need // params.block_size)
     worst = int(np.argmax(np.where(live, blocks, 0)))
     if blocks[worst] > params.num_gpu_blocks:
         raise ValueError(
@@ -118,10 +127,9 @@ def check_capacity(prompt, output, ignored, params: EngineParams) -> int:
             f"{output[worst]} output tokens, block_size={params.block_size}) but the instance "
             f"has num_gpu_blocks={params.num_gpu_blocks}; lower max_model_len or add KV memory")
     if not params.chunked:
-        # a whole prompt -- or, where preemption recomputes, prompt and output so far; TRT-LLM
-        # never recomputes (no-evict never preempts; max-utilization pauses keeping the KV)
-        trtllm = params.policy in (Policy.TRTLLM_NO_EVICT, Policy.TRTLLM_MAX_UTILIZATION)
-        peak = prompt if trtllm else peak
+        # a whole prompt -- or, where preemption recomputes, prompt and output so far; TRT-LLM's
+        # no-evict scheduler never preempts
+        peak = prompt if params.policy == Policy.TRTLLM_NO_EVICT else peak
         longest = int(np.argmax(np.where(live, peak, 0)))
         if peak[longest] > params.max_num_batched_tokens:
             raise ValueError(

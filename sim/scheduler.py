@@ -14,15 +14,21 @@ preemption and a decode (one token) are the same operation.
   ``max_num_seqs`` and free blocks (minus the watermark) allow; without chunked prefill a
   prompt that does not fit the remaining budget stops admission. Batches mix prefills and
   decodes.
-* ``sglang``: prefill first with decode fallback. If any prefill work can be scheduled
-  (an unfinished chunked prefill first, then waiting requests) the step is prefill-only;
-  otherwise all running requests decode, preempting the last-admitted on block shortage.
-  A waiting request is admitted only when blocks for its whole prompt are free (SGLang's
-  ``PrefillAdder``; without it a chunked prefill could be preempted and re-admitted
-  forever while decodes starve). SGLang's reservation of future decode tokens
-  (``new_token_ratio``) is not modelled; use ``watermark`` for head-room.
-* ``prefill-priority`` (vLLM <= 0.5 default scheduler, BestServe §3.4.4): as ``sglang``
-  but never chunked -- whole prompts are admitted first and decodes wait for them.
+* ``sglang`` with ``new_token_ratio > 0``: SGLang's own scheduler -- reservation of future
+  decode tokens, retraction, ``batch_is_full`` -- in :mod:`serveplan.sim.sglang_policy`.
+* ``sglang`` with ``new_token_ratio = 0`` (a simpler model): prefill first with decode
+  fallback. If any prefill work can be scheduled (an unfinished chunked prefill first, then
+  waiting requests) the step is prefill-only (with ``enable_mixed_chunk`` the running
+  decodes join it); otherwise all running requests decode, preempting the last-admitted on
+  block shortage. A waiting request is admitted only when blocks for its whole prompt are
+  free (without it a chunked prefill could be preempted and re-admitted forever while
+  decodes starve); ``watermark`` gives head-room.
+* ``prefill-priority`` (vLLM <= 0.6 V0 default scheduler, BestServe §3.4.4): as the simple
+  ``sglang`` but never chunked -- whole prompts are admitted first and decodes wait for
+  them. With ``num_scheduler_steps > 1`` a decode batch is a multi-step burst
+  (:mod:`serveplan.sim.engine_policies`).
+* ``trtllm-no-evict`` / ``trtllm-max-utilization``: TensorRT-LLM's capacity and micro-batch
+  schedulers (:mod:`serveplan.sim.engine_policies`).
 
 The watermark is applied to admissions from the waiting queue only when some other request
 holds or is being given blocks (so an idle instance can always admit).
@@ -31,7 +37,9 @@ holds or is being given blocks (so an idle instance can always admit).
 from __future__ import annotations
 
 from ._jitcache import sim_jit
+from .engine_policies import schedule_decode_burst, schedule_trtllm
 from .kvcache import num_used
+from .sglang_policy import mix_decodes, schedule_sglang
 from .state import (
     A_CUTOFF,
     I_BATCH,
@@ -42,28 +50,27 @@ from .state import (
     K_LONG_PREFILL,
     K_MAX_SEQS,
     K_MAX_TOKENS,
+    K_MIXED_CHUNK,
+    K_MULTI_STEP,
+    K_NEW_TOKEN_RATIO,
     K_POLICY,
     K_WATERMARK,
+    POLICY_PREFILL_PRIORITY,
     POLICY_SGLANG,
+    POLICY_TRTLLM_MAX_UTILIZATION,
+    POLICY_TRTLLM_NO_EVICT,
     POLICY_VLLM_V1,
-    RUNNING,
     add_to_batch,
-    allocate_running,
+    admit_request,
+    allocate_or_preempt,
     allocate_waiting,
     find_cached_blocks,
+    is_decode,
     num_tokens,
-    preempt_last,
     wq_peek,
-    wq_pop,
 )
 
 MODE_ALL, MODE_PREFILL, MODE_DECODE = 0, 1, 2
-
-
-@sim_jit
-def _is_decode(reqs, r):
-    """One new token to compute after at least one output (a decode step)."""
-    return reqs.n_out[r] > 0 and reqs.computed[r] == num_tokens(reqs, r) - 1
 
 
 @sim_jit
@@ -87,20 +94,15 @@ def schedule_running(pool, inst, reqs, knobs, glob, i, budget, mode):
     idx = 0
     while idx < inst.ist[i, I_NRUN] and budget > 0:
         r = inst.run[i, idx]
-        if mode != MODE_ALL and _is_decode(reqs, r) != (mode == MODE_DECODE):
+        if mode != MODE_ALL and is_decode(reqs, r) != (mode == MODE_DECODE):
             idx += 1
             continue
         num_new = _cap_new_tokens(knobs, i, num_tokens(reqs, r) - reqs.computed[r], budget)
         if num_new <= 0:
             idx += 1
             continue
-        ok = allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new)
-        while not ok:
-            victim = preempt_last(pool, inst, reqs, knobs, glob, i)
-            preempted = True
-            if victim == r:
-                break
-            ok = allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new)
+        ok, pre = allocate_or_preempt(pool, inst, reqs, knobs, glob, i, r, num_new)
+        preempted = preempted or pre
         if not ok:
             break
         add_to_batch(inst, reqs, i, r, num_new)
@@ -135,16 +137,7 @@ def schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked, who
         if not allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark,
                                 reserve):
             break
-        wq_pop(inst, i)
-        inst.run[i, inst.ist[i, I_NRUN]] = r
-        inst.ist[i, I_NRUN] += 1
-        reqs.status[r] = RUNNING
-        if reqs.t_sched[r] != reqs.t_sched[r]:  # NaN: first time scheduled
-            reqs.t_sched[r] = now
-        if reqs.hit[r] < 0:
-            reqs.hit[r] = n_hit * bs
-        reqs.computed[r] = n_hit * bs
-        add_to_batch(inst, reqs, i, r, num_new)
+        admit_request(inst, reqs, knobs, i, r, n_hit, num_new, now)
         budget -= num_new
     return budget
 
@@ -160,15 +153,35 @@ def schedule_vllm_v1(pool, inst, reqs, knobs, glob, i, now):
 
 
 @sim_jit
-def schedule_prefill_first(pool, inst, reqs, knobs, glob, i, now, chunked):
-    """Prefill-only batch if any prefill can run, else a decode-only batch."""
+def _count_decodes(inst, reqs, i):
+    n = 0
+    for j in range(inst.ist[i, I_NRUN]):
+        if is_decode(reqs, inst.run[i, j]):
+            n += 1
+    return n
+
+
+@sim_jit
+def schedule_prefill_first(pool, inst, reqs, knobs, glob, i, now, chunked, mixed, steps):
+    """Prefill-only batch if any prefill can run, else a decode-only batch.
+
+    ``mixed`` (SGLang ``--enable-mixed-chunk``): the running decodes join a prefill batch,
+    their tokens taken from its budget first. ``steps`` > 1 (vLLM <= 0.6
+    ``num_scheduler_steps``): a decode-only batch is a multi-step burst.
+    """
     budget = knobs[i, K_MAX_TOKENS]
+    if mixed:
+        budget -= _count_decodes(inst, reqs, i)
     if chunked:
         budget, _ = schedule_running(pool, inst, reqs, knobs, glob, i, budget, MODE_PREFILL)
     schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked, True)
     if inst.ist[i, I_BATCH] > 0:
-        return
-    schedule_running(pool, inst, reqs, knobs, glob, i, knobs[i, K_MAX_TOKENS], MODE_DECODE)
+        if mixed:
+            mix_decodes(pool, inst, reqs, knobs, glob, i)
+    elif steps > 1:
+        schedule_decode_burst(pool, inst, reqs, knobs, glob, i, steps)
+    else:
+        schedule_running(pool, inst, reqs, knobs, glob, i, knobs[i, K_MAX_TOKENS], MODE_DECODE)
 
 
 @sim_jit
@@ -178,8 +191,15 @@ def schedule(pool, inst, reqs, knobs, glob, i, now):
     policy = knobs[i, K_POLICY]
     if policy == POLICY_VLLM_V1:
         schedule_vllm_v1(pool, inst, reqs, knobs, glob, i, now)
+    elif policy == POLICY_SGLANG and knobs[i, K_NEW_TOKEN_RATIO] > 0:
+        schedule_sglang(pool, inst, reqs, knobs, glob, i, now)
     elif policy == POLICY_SGLANG:
-        schedule_prefill_first(pool, inst, reqs, knobs, glob, i, now, knobs[i, K_CHUNKED] != 0)
+        schedule_prefill_first(pool, inst, reqs, knobs, glob, i, now, knobs[i, K_CHUNKED] != 0,
+                               knobs[i, K_MIXED_CHUNK] != 0, 1)
+    elif policy == POLICY_TRTLLM_NO_EVICT or policy == POLICY_TRTLLM_MAX_UTILIZATION:
+        schedule_trtllm(pool, inst, reqs, knobs, glob, i, now,
+                        policy == POLICY_TRTLLM_NO_EVICT)
     else:
-        schedule_prefill_first(pool, inst, reqs, knobs, glob, i, now, False)
+        steps = knobs[i, K_MULTI_STEP] if policy == POLICY_PREFILL_PRIORITY else 1
+        schedule_prefill_first(pool, inst, reqs, knobs, glob, i, now, False, False, steps)
     return inst.ist[i, I_BATCH]

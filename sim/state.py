@@ -159,8 +159,8 @@ def make_reqs(arrival, prompt, output, hash_ids=None, hash_off=None) -> Reqs:
         itl_max=nan.copy(),
         n_preempt=np.zeros(n, dtype=np.int32),
         hit=np.full(n, -1, dtype=np.int64),
-        hash_ids=np.ascontiguousarray(hash_ids, dtype=np.int64),
-        hash_off=np.ascontiguousarray(hash_off, dtype=np.int64),
+        hash_ids=np.array(hash_ids, dtype=np.int64),  # a writable copy (traces are read-only)
+        hash_off=np.array(hash_off, dtype=np.int64),
     )
 
 
@@ -294,15 +294,25 @@ def _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, upto_tokens, priv
 @sim_jit
 def allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new):
     """Blocks for ``num_new`` more tokens of running request ``r``; False if not enough free."""
-    s = reqs.slot[r]
     total = reqs.computed[r] + num_new
-    need = cdiv(total, knobs[i, K_BLOCK]) - inst.nblk[i, s]
+    if not reserve_blocks(pool, inst, reqs, knobs, i, r, total):
+        return False
+    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, reqs.slot[r], total, False)
+    return True
+
+
+@sim_jit
+def reserve_blocks(pool, inst, reqs, knobs, i, r, tokens):
+    """Blocks for the first ``tokens`` tokens of running request ``r``, taken now; they
+    enter the prefix cache as their tokens are computed (:func:`allocate_running`).
+    False, changing nothing, if not enough are free."""
+    s = reqs.slot[r]
+    need = cdiv(tokens, knobs[i, K_BLOCK]) - inst.nblk[i, s]
     if need > num_free(pool, i):
         return False
     for _ in range(need):
         inst.blocks[i, s, inst.nblk[i, s]] = pop_free(pool, i)
         inst.nblk[i, s] += 1
-    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, s, total, False)
     return True
 
 
@@ -356,21 +366,52 @@ def free_request(pool, inst, reqs, i, r):
 
 
 @sim_jit
-def preempt_last(pool, inst, reqs, knobs, glob, i):
-    """Preempt the last-admitted running request (recompute): keep its computed blocks
-    cached, free them, reset its progress and put it at the front of the waiting queue.
-    Returns its id."""
+def preempt_at(pool, inst, reqs, knobs, glob, i, idx, cache_upto, to_front):
+    """Preempt the running request at position ``idx`` (recompute): keep its first
+    ``cache_upto`` computed tokens' full blocks cached, free its blocks, reset its progress
+    and put it at the front (``to_front``) or the back of the waiting queue. The running
+    list keeps its order. Returns the request's id."""
     n = inst.ist[i, I_NRUN] - 1
-    r = inst.run[i, n]
+    r = inst.run[i, idx]
+    for j in range(idx, n):
+        inst.run[i, j] = inst.run[i, j + 1]
     inst.ist[i, I_NRUN] = n
-    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, reqs.slot[r], reqs.computed[r],
-                       True)
+    _cache_full_blocks(pool, inst, reqs, knobs, glob, i, r, reqs.slot[r],
+                       min(cache_upto, reqs.computed[r]), True)
     free_request(pool, inst, reqs, i, r)
     reqs.status[r] = PREEMPTED
     reqs.computed[r] = 0
     reqs.n_preempt[r] += 1
-    wq_push_front(inst, i, r)
+    if to_front:
+        wq_push_front(inst, i, r)
+    else:
+        wq_push_back(inst, i, r)
     return r
+
+
+@sim_jit
+def preempt_last(pool, inst, reqs, knobs, glob, i):
+    """Preempt the last-admitted running request (vLLM's recompute preemption): its
+    computed blocks stay cached and it goes to the front of the waiting queue."""
+    r = inst.run[i, inst.ist[i, I_NRUN] - 1]
+    return preempt_at(pool, inst, reqs, knobs, glob, i, inst.ist[i, I_NRUN] - 1,
+                      reqs.computed[r], True)
+
+
+@sim_jit
+def allocate_or_preempt(pool, inst, reqs, knobs, glob, i, r, num_new):
+    """Blocks for ``num_new`` more tokens of running ``r``, preempting the last-admitted
+    running request until they fit (possibly ``r`` itself, which then gets none).
+    Returns ``(allocated, preempted any)``."""
+    preempted = False
+    ok = allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new)
+    while not ok:
+        victim = preempt_last(pool, inst, reqs, knobs, glob, i)
+        preempted = True
+        if victim == r:
+            break
+        ok = allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new)
+    return ok, preempted
 
 
 @sim_jit
@@ -382,3 +423,34 @@ def add_to_batch(inst, reqs, i, r, num_new):
     inst.b_ctx[i, j] = reqs.computed[r]
     reqs.computed[r] += num_new
     inst.ist[i, I_BATCH] = j + 1
+
+
+@sim_jit
+def admit_request(inst, reqs, knobs, i, r, n_hit, num_new, now):
+    """Move waiting request ``r`` -- the head of the queue, its blocks allocated -- to the
+    end of the running list and schedule its first ``num_new`` tokens after its ``n_hit``
+    cached blocks."""
+    bs = knobs[i, K_BLOCK]
+    wq_pop(inst, i)
+    inst.run[i, inst.ist[i, I_NRUN]] = r
+    inst.ist[i, I_NRUN] += 1
+    reqs.status[r] = RUNNING
+    if reqs.t_sched[r] != reqs.t_sched[r]:  # NaN: first time scheduled
+        reqs.t_sched[r] = now
+    if reqs.hit[r] < 0:
+        reqs.hit[r] = n_hit * bs
+    reqs.computed[r] = n_hit * bs
+    add_to_batch(inst, reqs, i, r, num_new)
+
+
+@sim_jit
+def is_decode(reqs, r):
+    """One new token to compute after at least one output (a decode step)."""
+    return reqs.n_out[r] > 0 and reqs.computed[r] == num_tokens(reqs, r) - 1
+
+
+@sim_jit
+def waiting_visible(inst, reqs, i, r):
+    """Whether waiting request ``r`` reached the engine before the step being scheduled was
+    formed (async scheduling hides later arrivals: ``A_CUTOFF``)."""
+    return reqs.arrival[r] <= inst.acc[i, A_CUTOFF]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._jitcache import sim_jit, sim_jit_inline
 from .costs import step_seconds
+from .engine_policies import burst_steps, tokens_emitted
 from .kvcache import num_used
 from .lifecycle import ROLE_COLOCATED, request_done, stage_of
 from .recorder import record_step
@@ -52,15 +53,18 @@ def launch(w, i, now):
     """Cost instance ``i``'s scheduled batch, mark it busy and record the step."""
     inst, reqs = w.inst, w.views[stage_of(w.knobs[i, K_ROLE])]
     bn = inst.ist[i, I_BATCH]
+    passes = burst_steps(inst, reqs, w.knobs, i)  # > 1: a multi-step decode burst
     tokens = 0
     decode_tokens = 0
     for j in range(bn):
         r = inst.b_req[i, j]
-        tokens += inst.b_new[i, j]
-        if inst.b_new[i, j] == 1 and reqs.n_out[r] > 0 and reqs.computed[r] == num_tokens(reqs, r):
-            decode_tokens += 1
+        k = inst.b_new[i, j] if passes == 1 else reqs.computed[r] - inst.b_ctx[i, j]
+        tokens += k
+        if inst.b_new[i, j] == 1 and reqs.n_out[r] > 0 and \
+                inst.b_ctx[i, j] == num_tokens(reqs, r) - 1:
+            decode_tokens += k
     c = w.knobs[i, K_COST]
-    gpu = step_seconds(w.costs, c, inst, i, bn, tokens)
+    gpu = passes * step_seconds(w.costs, c, inst, i, bn, tokens if passes == 1 else bn)
     dt = step_runtime(w.costs.rt[c], gpu, bn, tokens, w.knobs[i, K_ASYNC] != 0)
     used = num_used(w.pool, i)
     inst.acc[i, A_LAST_START] = now
@@ -131,9 +135,10 @@ def complete_step(w, i, now):
     delay = output_delay(w.fe, bn)
     for j in range(bn):
         r = inst.b_req[i, j]
-        if reqs.computed[r] < num_tokens(reqs, r):
-            continue  # a prefill chunk: no token yet
-        reqs.n_out[r] += 1
+        k = tokens_emitted(reqs, r)  # 0: a prefill chunk; > 1: a multi-step burst
+        if k == 0:
+            continue
+        reqs.n_out[r] += k
         if reqs.n_out[r] == 1:
             reqs.t_first[r] = now
             w.fe.d_first[r] = delay
@@ -143,7 +148,7 @@ def complete_step(w, i, now):
             if not gap <= reqs.itl_max[r]:  # also replaces the initial NaN
                 reqs.itl_max[r] = gap
         reqs.t_last[r] = now
-        inst.load[i] -= 1
+        inst.load[i] -= k
         if reqs.n_out[r] >= reqs.output[r]:
             reqs.status[r] = FINISHED_STOPPED
             reqs.t_finish[r] = now
