@@ -139,6 +139,27 @@ def best_tp(rows, preds) -> dict:
     return result
 
 
+def held_out_check(rows, unfitted, fitted, full) -> None:
+    """Ship an engine's fitted terms only if, for every held-out model, they lower the
+    median |error| of TTFT and of TPOT against the unfitted runtime; else say why not."""
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    for engine, info in full.items():
+        if not info.get("fitted"):
+            continue
+        worse = []
+        for m in sorted({r.model for r in rows if r.engine == engine}):
+            idx = [k for k, r in enumerate(rows) if r.engine == engine and r.model == m]
+            before = np.median(np.abs(_err(unfitted[idx], meas[idx])), axis=0)
+            after = np.median(np.abs(_err(fitted[idx], meas[idx])), axis=0)
+            if (after > before).any():
+                worse.append(f"{m}: TTFT {100 * before[0]:.0f} -> {100 * after[0]:.0f} %, "
+                             f"TPOT {100 * before[1]:.0f} -> {100 * after[1]:.0f} %")
+        if worse:
+            info["fitted"] = False
+            info["reason"] = ("terms fitted on the other models made the held-out model worse ("
+                              + "; ".join(worse) + ")")
+
+
 def write_profiles(full: dict, stamp: str) -> None:
     for engine, info in full.items():
         path = PROFILES / f"{engine}.json"
@@ -176,6 +197,7 @@ def main() -> None:
     gpu_only = np.array([simulate_row(r, args.data, engine=False) for r in ok])
     unfitted = predict_all(ok, resolved, RuntimeTerms())
     fitted, folds, full = lomo(ok, resolved, args.fit_rounds, args.fit_every)
+    held_out_check(ok, unfitted, fitted, full)
     preds = {"gpu_only": gpu_only, "engine_unfitted": unfitted, "engine_fitted_lomo": fitted}
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:

@@ -43,7 +43,7 @@ def _profiles(report) -> list[str]:
     lines = []
     for engine, info in report["profiles"].items():
         if not info.get("fitted"):
-            lines.append(f"- {engine}: not fitted -- {info['reason']}")
+            lines.append(f"- {engine}: not shipped -- {info['reason']}")
             continue
         terms = ", ".join(f"{k} = {v:.3g}" for k, v in info["terms"].items() if v)
         lines.append(f"- {engine}: {terms or 'all terms 0'} (in-sample median abs error "
@@ -52,8 +52,10 @@ def _profiles(report) -> list[str]:
                      f"{_abs(info['median_abs_err_after'][0])}/"
                      f"{_abs(info['median_abs_err_after'][1])} %); not identified: "
                      f"{info['skipped'] or 'none'}")
+    if report["folds"]:
+        lines += ["", "Leave-one-model-out folds (terms fitted without the held-out model):", ""]
     for f in report["folds"]:
-        lines.append(f"  - fold {f['engine']}, held out {f['held_out']}: fitted "
+        lines.append(f"- {f['engine']}, held out {f['held_out']}: fitted "
                      f"{f['fitted']} -> training-set median abs TTFT/TPOT "
                      f"{_abs(f['median_abs_err_after'][0])}/{_abs(f['median_abs_err_after'][1])} %")
     return lines
