@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -87,14 +88,13 @@ def search(
                       fidelity=fidelity, num_requests=requests, seeds=seeds, rtol=rtol,
                       top=top, max_decide=max_decide, max_num_seqs=max_num_seqs,
                       max_model_len=max_model_len)
-    console = Console(stderr=as_json)
-    if not console.is_terminal:
-        console = Console(stderr=as_json, width=140)
+    stream = sys.stderr if as_json else sys.stdout
+    console = Console(stderr=as_json, width=None if stream.isatty() else 140)
     with console.status("searching strategies ...") as status:
         ds = run_search(spec, progress=lambda d, n, name: status.update(
             f"decided {d} strategies (last: {name}) ..."))
     if out is not None:
-        write_netcdf(ds, out)
+        write_netcdf(ds, out, kind="search")
     if not feasible(ds):
         raise UserError("\n".join(_refusal(ds, spec)))
     if as_json:

@@ -62,6 +62,7 @@ def simulate(
 ) -> None:
     """Simulate a serving deployment step by step (vLLM v1 / SGLang / prefill-priority)."""
     from serveplan.config import SimulationConfig, read_yaml
+    from serveplan.results_io import write_netcdf
     from serveplan.sim.results import summary_json
     from serveplan.simulation import run_config
 
@@ -75,8 +76,6 @@ def simulate(
     ds = run_config(cfg)
     summary = json.loads(ds.attrs["summary"])
     if out is not None:
-        from serveplan.results_io import write_netcdf
-
         write_netcdf(ds, out, kind="simulate")
     if as_json:
         typer.echo(summary_json(summary))
@@ -85,9 +84,8 @@ def simulate(
     print_summary({k: (float("nan") if v is None else v) for k, v in summary.items()},
                   json.loads(ds.attrs["resolved"]), console,
                   pd=ds.attrs.get("architecture") == "pd")
-    failures = failure_line(summary)
-    if failures:
-        console.print(failures, highlight=False)
+    if failure_line(summary):
+        console.print(failure_line(summary), highlight=False)
     if out is not None:
         console.print(f"wrote {out}")
 

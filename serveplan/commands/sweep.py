@@ -19,8 +19,25 @@ from serveplan.commands.app import app
 from serveplan.commands.common import dask_client
 from serveplan.errors import UserError, report_errors
 
+SWEEP_HELP = """Run a parameter sweep; re-run the same command to resume after an interruption.
 
-@app.command()
+GRID is a YAML file:
+
+\b
+  base:                  # deployment, workload, slo, seed (as for goodput)
+    deployment: {model: llama-3.1-8b, gpu: h100, tp: 1, num_instances: 1}
+    workload: {kind: poisson, rate: 4, num_requests: 1000, isl: 2048, osl: 64}
+    slo: {ttft_ms: 500, tpot_ms: 50}
+  grid:                  # dotted field -> values; one dimension per field
+    deployment.tp: [1, 2]
+    workload.rate: [2, 4, 8, 16]
+    seed: [0, 1]
+  measure: latency       # latency at workload.rate | goodput per cell
+  fidelity: request      # auto | analytic | request | iteration
+"""
+
+
+@app.command(help=SWEEP_HELP)
 @report_errors
 def sweep(
     grid: Path = typer.Argument(..., help="Grid YAML: base, grid, measure, fidelity."),
@@ -35,22 +52,7 @@ def sweep(
     fidelity: str | None = typer.Option(None, "--fidelity",
                                         help="Override: auto | analytic | request | iteration."),
 ) -> None:
-    """Run a parameter sweep; re-run the same command to resume after an interruption.
-
-    GRID is a YAML file:
-
-    \b
-      base:                  # deployment, workload, slo, seed (as for goodput)
-        deployment: {model: llama-3.1-8b, gpu: h100, tp: 1, num_instances: 1}
-        workload: {kind: poisson, rate: 4, num_requests: 1000, isl: 2048, osl: 64}
-        slo: {ttft_ms: 500, tpot_ms: 50}
-      grid:                  # dotted field -> values; one dimension per field
-        deployment.tp: [1, 2]
-        workload.rate: [2, 4, 8, 16]
-        seed: [0, 1]
-      measure: latency       # latency at workload.rate | goodput per cell
-      fidelity: request      # auto | analytic | request | iteration
-    """
+    """Run a parameter sweep, resumable (the command's help is SWEEP_HELP)."""
     from serveplan.config import read_yaml
     from serveplan.results_io import write_netcdf
     from serveplan.sweep import SweepSpec, cells_dir, check_spec, infeasible_reasons, run_sweep
