@@ -1,17 +1,8 @@
 """Parameter sweeps: a grid over config fields -> one ``xarray.Dataset``, serial or on Dask.
 
-A grid file names a base config and the fields to vary::
-
-    base:                                  # deployment, workload, slo, seed (as goodput)
-      deployment: {model: llama-3.1-8b, gpu: h100, tp: 1, num_instances: 1}
-      workload: {kind: poisson, rate: 4, num_requests: 1000, isl: 2048, osl: 64}
-      slo: {ttft_ms: 500, tpot_ms: 50}
-    grid:                                  # dotted field -> values; one dim per field
-      deployment.tp: [1, 2]
-      workload.rate: [2, 4, 8, 16]
-      seed: [0, 1]
-    measure: latency                       # latency at workload.rate | goodput per cell
-    fidelity: request                      # analytic | request | iteration | auto
+A grid file names a base config, the fields to vary (one dimension each), what to measure
+and at which fidelity; its format with an example is ``serveplan sweep --help``
+(:data:`serveplan.commands.sweep.SWEEP_HELP`).
 
 Every cell is computed by one pure function, :func:`run_one` ``(point, seed) -> Dataset``
 of scalar variables, used by the serial and the distributed path alike, so the same seeds
