@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean profiles accuracy
+.PHONY: run test fuzz lint bench clean profiles accuracy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# hypothesis fuzzing of the CLI (tests/test_fuzz.py); `make fuzz SERVEPLAN_FUZZ_EXAMPLES=2000`
+fuzz: $(STAMP)
+	SERVEPLAN_FUZZ_EXAMPLES=$${SERVEPLAN_FUZZ_EXAMPLES:-10000} $(BIN)/python -m pytest -q \
+		--hypothesis-show-statistics tests/test_fuzz.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

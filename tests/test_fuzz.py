@@ -1,0 +1,213 @@
+"""Fuzz the command line the way a new user's first hour does: mistyped numbers, zero,
+negative, huge, ``inf`` and ``nan`` options, example YAML files with values of the wrong
+type, missing or unknown fields, binary junk, and ``--set`` overrides with random dotted
+paths. Every case ends with exit 0 and sane output, or exit 1 with a few ``error:`` lines
+(or click's usage message, exit 2) -- never a traceback (:mod:`fuzz_cases` says what
+"sane" means and how a case is run).
+
+``make test`` runs a small derandomized sample (the ``serveplan-fuzz-ci`` profile, ~60
+cases). ``make fuzz`` sets ``SERVEPLAN_FUZZ_EXAMPLES`` (the total number of cases, split
+over the commands by :data:`WEIGHTS`) and runs the randomized ``serveplan-fuzz`` profile;
+``SERVEPLAN_FUZZ_LOG=FILE`` also appends every finding to FILE as JSON lines.
+
+Each finding has a signature (the exception and the project function it escaped from, or
+the broken oracle). New signatures fail; those in ``KNOWN_BUGS`` pass in the property tests
+and are pinned by a strict xfail example below, so a fix shows up as an XPASS.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+import fuzz_cases
+import pytest
+from fuzz_cases import (
+    CASES,
+    EXAMPLES,
+    KNOWN_BUGS,
+    Case,
+    Finding,
+    is_known,
+    known_bug,
+    run_case,
+)
+from hypothesis import HealthCheck, Phase, event, given, settings
+
+FUZZ_TOTAL = int(os.environ.get("SERVEPLAN_FUZZ_EXAMPLES") or 0)
+FUZZ_LOG = os.environ.get("SERVEPLAN_FUZZ_LOG")
+WEIGHTS = {"estimate": 0.2, "memory": 0.2, "simulate": 0.35, "goodput": 0.1, "search": 0.15}
+CI_EXAMPLES = {"estimate": 12, "memory": 12, "simulate": 20, "goodput": 8, "search": 8}
+
+_COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
+settings.register_profile("serveplan-fuzz-ci", derandomize=True, database=None, **_COMMON)
+settings.register_profile("serveplan-fuzz", derandomize=False, report_multiple_bugs=True,
+                          phases=list(Phase), **_COMMON)
+PROFILE = settings.get_profile("serveplan-fuzz" if FUZZ_TOTAL else "serveplan-fuzz-ci")
+
+
+def examples(command: str) -> int:
+    if FUZZ_TOTAL:
+        return max(1, round(FUZZ_TOTAL * WEIGHTS[command]))
+    return CI_EXAMPLES[command]
+
+
+_counter = itertools.count()
+_types: dict[str, type] = {}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def _check(case: Case, workdir) -> None:
+    """Run ``case``; a known finding passes, a new one fails as its own exception type
+    (so hypothesis shrinks and reports each distinct bug)."""
+    try:
+        run_case(case, workdir / f"case{next(_counter)}")
+    except Finding as f:
+        event(f"finding: {known_bug(f.signature) or f.signature}")
+        if FUZZ_LOG:
+            with open(FUZZ_LOG, "a") as log:
+                log.write(json.dumps({"signature": f.signature, "known": is_known(f),
+                                      "args": case.args, "files": {
+                                          k: v.decode("utf-8", "backslashreplace")
+                                          for k, v in case.files.items()}}) + "\n")
+        if is_known(f):
+            return
+        kind = _types.setdefault(f.signature, type("Finding", (Finding,), {}))
+        raise kind(f.signature, str(f)) from None
+    finally:
+        if fuzz_cases.last_outcome is not None:
+            event(f"exit {fuzz_cases.last_outcome.exit_code}")
+
+
+@settings(PROFILE, max_examples=examples("estimate"))
+@given(case=CASES["estimate"])
+def test_fuzz_estimate(case, workdir, oracle_8b):
+    _check(case, workdir)
+
+
+@settings(PROFILE, max_examples=examples("memory"))
+@given(case=CASES["memory"])
+def test_fuzz_memory(case, workdir):
+    _check(case, workdir)
+
+
+@settings(PROFILE, max_examples=examples("simulate"))
+@given(case=CASES["simulate"])
+def test_fuzz_simulate(case, workdir, sim_compiled):
+    _check(case, workdir)
+
+
+@settings(PROFILE, max_examples=examples("goodput"))
+@given(case=CASES["goodput"])
+def test_fuzz_goodput(case, workdir, sim_compiled):
+    _check(case, workdir)
+
+
+@settings(PROFILE, max_examples=examples("search"))
+@given(case=CASES["search"])
+def test_fuzz_search(case, workdir, sim_compiled):
+    _check(case, workdir)
+
+
+# ----------------------------------------------------------------------------- known bugs
+def _sim(cfg: bytes, *args: str) -> Case:
+    return Case("simulate", ["simulate", "{cfg}", *args], {"{cfg}": cfg}, "--json" in args)
+
+
+LLAMA = str(EXAMPLES / "llama8b-h100.yaml")
+KNOWN_EXAMPLES: list[tuple[str, Case]] = [  # (KNOWN_BUGS pattern, minimal case found)
+    (r"simulate: AttributeError escapes from serveplan/commands/common.py:resolve_overrides",
+     _sim(b"deployment: 1\n")),
+    (r"simulate: TypeError escapes from serveplan/commands/common.py:resolve_overrides",
+     _sim(b"workload: [0]\n")),
+    (r"simulate: internal message leaks as an error: dictionary update sequence",
+     _sim(b"workload: ab\n")),
+    (r"\w+: MemoryError escapes from estimator/oracle.py:breakdown",
+     Case("estimate", ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch",
+                       "10000000000"], json_out=False)),
+    (r"estimate: internal message leaks as an error: (Maximum allowed dimension exceeded|"
+     r"array is too big.*)",
+     Case("estimate", ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch",
+                       "18446744073709551616"], json_out=False)),
+    (r"simulate: internal message leaks as an error: (Maximum allowed dimension exceeded|"
+     r"array is too big.*)",
+     Case("simulate", ["simulate", LLAMA, "-n", "1", "--concurrency",
+                       "99999999999999999999"], json_out=False)),
+    (r"\w+: MemoryError escapes from sim/runtime.py:make_front",
+     Case("simulate", ["simulate", LLAMA, "-n", "1", "--concurrency", "10000000000"],
+          json_out=False)),
+    (r"\w+: MemoryError escapes from sim/(kvcache.py:make_pool|loop_api.py:_layout)",
+     Case("simulate", ["simulate", LLAMA, "-n", "1", "--num-instances", "1000000"],
+          json_out=False)),
+    (r"\w+: MemoryError escapes from sim/state.py:make_inst",
+     Case("simulate", ["simulate", LLAMA, "-n", "1", "--max-num-seqs", "100000000",
+                       "--max-num-batched-tokens", "100000000", "--num-gpu-blocks", "1000"],
+          json_out=False)),
+    (r"\w+: OverflowError escapes from sim/lengths.py:sample",
+     Case("simulate", ["simulate", LLAMA, "-n", "1", "--isl", "18446744073709551616"],
+          json_out=False)),
+    (r"simulate: internal message leaks as an error: is out of bounds for",
+     Case("simulate", ["simulate", LLAMA, "-n", "1", "--set", "workload.osl={dist: uniform, "
+                       "low: 1, high: 99999999999999999999}"], json_out=False)),
+    (r"simulate: RuntimeWarning printed from sim/arrivals.py",
+     Case("simulate", ["simulate", LLAMA, "-n", "3", "--rate", "1e-310"], json_out=False)),
+    (r"search: (OverflowError escapes from sim/loop_api.py:_layout|internal message leaks "
+     r"as an error: array is too big.*)",
+     Case("search", ["search", "--gpus", "1", "--tp", "1", "-n", "10", "--seeds", "1",
+                     "--max-decide", "1", "--arch", "colocated", "--max-num-seqs",
+                     "18446744073709551616"], json_out=False)),
+    (r"goodput --json prints Infinity \(not JSON; simulate writes null\)",
+     Case("goodput", ["goodput", str(EXAMPLES / "goodput-llama8b.yaml"), "-n", "10",
+                      "--seeds", "1", "--json"])),
+    (r"\w+: a binary input is not named",
+     Case("estimate", ["estimate", "--model", "{binary}", "--gpu", "h100"],
+          json_out=False)),
+    (r"simulate: (ttft|e2el) percentile 0 with completed requests",
+     Case("simulate", ["simulate", LLAMA, "-n", "3", "--rate", "1e-300", "--json"])),
+]
+
+
+class KnownBugPresent(Finding):
+    """The known bug a strict-xfail example pins is still there."""
+
+
+@pytest.mark.parametrize("pattern, case", [
+    pytest.param(pattern, case, id=case.command + "-" + str(i),
+                 marks=pytest.mark.xfail(strict=True, raises=KnownBugPresent,
+                                         reason=KNOWN_BUGS[pattern]))
+    for i, (pattern, case) in enumerate(KNOWN_EXAMPLES)])
+def test_known_bug_still_there(pattern, case, workdir, sim_compiled):
+    """XPASS (a failure: strict) the day the bug is fixed; then drop its KNOWN_BUGS entry
+    and this example."""
+    try:
+        run_case(case, workdir / f"known{next(_counter)}")
+    except Finding as f:
+        if known_bug(f.signature) == pattern:
+            raise KnownBugPresent(f.signature, str(f)) from None
+        raise
+
+
+def test_every_known_bug_has_an_example():
+    assert sorted(KNOWN_BUGS) == sorted(p for p, _ in KNOWN_EXAMPLES)
+
+
+def test_oracles_accept_the_examples(workdir, sim_compiled):
+    """The oracles themselves: the documented commands pass them."""
+    ok = [Case("estimate", ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100",
+                            "--batch", "8", "--context-len", "100", "--json"],
+               context={"tokens": 8}),
+          Case("memory", ["memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
+          Case("simulate", ["simulate", str(EXAMPLES / "llama8b-h100.yaml"), "-n", "12", "--json"],
+               context={"requests": 12}),
+          Case("simulate", ["simulate", str(EXAMPLES / "pd-sibyl.yaml"), "-n", "12", "--json"],
+               context={"requests": 12})]
+    for case in ok:
+        assert run_case(case, workdir / f"ok{next(_counter)}") is not None
+    with pytest.raises(Finding, match="completed \\+ failed != requests"):
+        run_case(Case("simulate", ["simulate", str(EXAMPLES / "llama8b-h100.yaml"), "-n", "12",
+                                   "--json"], context={"requests": 13}), workdir / "bad")
