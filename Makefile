@@ -3,13 +3,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# pip prints errors only (warnings about a machine's index configuration are not ours)
+PIP_QUIET ?= --quiet --quiet
 
 .PHONY: run test fuzz lint bench clean profiles accuracy
 
 $(STAMP): pyproject.toml
+	@echo "installing serveplan and its dependencies into $(VENV) (first time only)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install $(PIP_QUIET) --upgrade pip
+	$(BIN)/python -m pip install $(PIP_QUIET) -e '.[dev]'
 	touch $(STAMP)
 
 run: $(STAMP)

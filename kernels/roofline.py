@@ -38,12 +38,14 @@ BestServe Algorithm 1, solved in closed form over the repeated layers (:func:`co
 from __future__ import annotations
 
 import numpy as np
-from numba import njit as _njit
+
+from serveplan.kernels import jit as _njit
 
 
 def njit(*args, **kwargs):
     """numba.njit with the NumPy error model: a division by zero yields inf/nan rather
-    than a Python exception, so the hot loops carry no zero checks."""
+    than a Python exception, so the hot loops carry no zero checks. Compiled once per
+    argument type (:func:`serveplan.kernels.jit`)."""
     kwargs.setdefault("error_model", "numpy")
     return _njit(*args, **kwargs)
 

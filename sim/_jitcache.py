@@ -8,6 +8,16 @@ decrements on every array pulled out of the state tuples, which LLVM cannot prun
 the loops). ``_nrt`` is numba's own (underscored) target option; where a numba version
 lacks it the decorator falls back to plain ``njit(cache=True)`` -- slower, same results.
 
+The functions are compiled for compiled callers only: without numba's CPython wrapper
+(which unboxes Python arguments) and C wrapper (``no_cpython_wrapper``,
+``no_cfunc_wrapper``). For a function of the run state, a named tuple of a few hundred
+arrays, each wrapper unpacks every array; dropping them (with one compiled variant per
+argument type, below) cut the simulator's cold compile by about a third
+(bench/results/first_run.md). A call from Python -- the loop's entry, a test --
+goes to a twin of the function compiled with the wrappers and cached in files of its own
+(``<name>__py``). Like every serveplan kernel they compile once per argument type, not
+once per constant a caller passes (:class:`serveplan.kernels.Dispatcher`).
+
 numba (``cache=True``) keys a cached function on the source file that defines it only, so a
 compiled caller keeps a stale inlined copy of a callee from another file after that file
 changes (numba docs, "Cache invalidation"). The simulator's compiled functions span several
@@ -18,25 +28,54 @@ recompiles them once. This costs a few ``stat`` calls.
 
 from __future__ import annotations
 
+import functools
 import re
+import types
 from pathlib import Path
 
-from numba import njit
 from numba.core.cpu import CPUTargetOptions
 
+from serveplan.kernels import Dispatcher, jit
+
 _NO_NRT = {"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {}
+_NO_WRAPPERS = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
+
+def _python_twin(disp):
+    """``disp``'s function compiled with the Python wrappers, cached as ``<name>__py``."""
+    fn = disp.py_func
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+    twin.__qualname__ = f"{fn.__qualname__}__py"
+    twin.__module__, twin.__doc__ = fn.__module__, fn.__doc__
+    twin.__kwdefaults__ = fn.__kwdefaults__
+    options = {k: v for k, v in disp.targetoptions.items() if k not in _NO_WRAPPERS}
+    return jit(twin, **options)
+
+
+class CompiledCallersOnly(Dispatcher):
+    """A function compiled without Python wrappers; a call from Python goes to its twin
+    (module doc). Compiled callers see it as any numba function."""
+
+    def __call__(self, *args, **kwargs):
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = self._twin = _python_twin(self)
+        return twin(*args, **kwargs)
 
 
 def sim_jit(fn):
-    """Compile ``fn`` lazily (at first call), cached on disk, without NRT (module doc)."""
-    return njit(cache=True, **_NO_NRT)(fn)
+    """Compile ``fn`` lazily (at first call), cached on disk, without NRT and without
+    Python wrappers (module doc)."""
+    return jit(fn, dispatcher=CompiledCallersOnly, **_NO_NRT, **_NO_WRAPPERS)
 
 
 def sim_jit_inline(fn):
     """:func:`sim_jit`, inlined into its callers (numba IR inlining) -- for the small
     functions of the loop's hot path that take the whole run state: a call would pass the
     state's hundreds of array fields by value."""
-    return njit(cache=True, inline="always", **_NO_NRT)(fn)
+    return jit(fn, dispatcher=CompiledCallersOnly, inline="always", **_NO_NRT,
+               **_NO_WRAPPERS)
 
 
 _SIM_DIR = Path(__file__).resolve().parent
@@ -75,13 +114,25 @@ def _newest_dependency(source: Path, direct: dict[Path, set[Path]]) -> float:
     return newest
 
 
+@functools.cache
+def _cache_dir() -> Path:
+    """Where numba caches the functions of this package's files, by numba's own rule
+    (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the sources, else a per-user one)."""
+    try:
+        from numba.core.caching import FunctionCache
+
+        return Path(FunctionCache(refresh)._cache_path)
+    except (ImportError, AttributeError, RuntimeError, OSError):
+        return _SIM_DIR / "__pycache__"
+
+
 def refresh() -> int:
     """Delete stale cache files of the simulator modules; returns how many were removed.
 
     A module's cache entries are stale when they are older than the module or anything it
     imports from the simulator package or the cost kernels, transitively.
     """
-    cache_dir = _SIM_DIR / "__pycache__"
+    cache_dir = _cache_dir()
     if not cache_dir.is_dir():
         return 0
     try:
