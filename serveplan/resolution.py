@@ -143,12 +143,12 @@ def resolve_instance(d: Deployment) -> ResolvedDeployment:
                         kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
                         max_num_seqs=max_num_seqs)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
-    policy = POLICIES[_knob(d, "scheduler", rt)]
+    scheduler = _knob(d, "scheduler", rt)
+    policy = POLICIES[scheduler]
     chunked = _knob(d, "enable_chunked_prefill", rt) and policy != Policy.PREFILL_PRIORITY
     mnbt = _knob(d, "max_num_batched_tokens", rt) if chunked or "max_num_batched_tokens" in \
         d.model_fields_set else None
     mnbt = mnbt or (8192 if chunked else max(max_len, 2048))
-    scheduler = _knob(d, "scheduler", rt)
     if not chunked and mnbt < max_len and not scheduler.startswith("trtllm"):  # vLLM only
         raise ValueError(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "

@@ -41,7 +41,6 @@ from .engine_policies import schedule_decode_burst, schedule_trtllm
 from .kvcache import num_used
 from .sglang_policy import mix_decodes, schedule_sglang
 from .state import (
-    A_CUTOFF,
     I_BATCH,
     I_NRUN,
     I_WLEN,
@@ -67,6 +66,7 @@ from .state import (
     find_cached_blocks,
     is_decode,
     num_tokens,
+    waiting_visible,
     wq_peek,
 )
 
@@ -123,7 +123,7 @@ def schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked, who
         if inst.ist[i, I_NRUN] >= knobs[i, K_MAX_SEQS]:
             break
         r = wq_peek(inst, i)
-        if reqs.arrival[r] > inst.acc[i, A_CUTOFF]:
+        if not waiting_visible(inst, reqs, i, r):
             break  # reached the engine after this step was formed (async scheduling)
         n_hit = find_cached_blocks(pool, inst, reqs, knobs, glob, i, r)
         num_new = num_tokens(reqs, r) - n_hit * bs
