@@ -2,7 +2,7 @@
 negative, huge, ``inf`` and ``nan`` options, example YAML files with values of the wrong
 type, missing or unknown fields, binary junk, and ``--set`` overrides with random dotted
 paths. Every case ends with exit 0 and sane output, or exit 1 with a few ``error:`` lines
-(or click's usage message, exit 2) -- never a traceback (:mod:`fuzz_cases` says what
+(or click's usage message, exit 2) -- never a traceback (:mod:`fuzz_oracles` says what
 "sane" means and how a case is run).
 
 ``make test`` runs a small derandomized sample (the ``serveplan-fuzz-ci`` profile, ~60
