@@ -30,6 +30,7 @@ KINDS = {
     "sweep": "serveplan sweep GRID --out FILE.nc",
     "pareto": "serveplan pareto RESULT --out FILE.nc",
     "compare-routers": "serveplan compare-routers CONFIG --out FILE.nc",
+    "compare": "serveplan compare RESULT ... --out FILE.nc",
 }
 """Result kinds and the command that writes each."""
 
@@ -40,6 +41,7 @@ UNITS = {
     "*_tokens": "tokens", "*_tokens_computed": "tokens", "*_rps": "req/s",
     "*goodput": "req/s", "*goodput_low": "req/s", "*goodput_high": "req/s",
     "*_usage": "1", "*_instance": "1", "*_blocks": "blocks", "attainment_*": "1",
+    "*_success": "1", "*_gap": "1",
     # request rates and token rates
     "rate": "req/s", "arrival_rate": "req/s", "upper_bound": "req/s",
     "tok_s_per_user": "tokens/s/user", "throughput_per_gpu": "tokens/s/GPU",

@@ -99,12 +99,12 @@ def test_readme_commands(in_tmp):
     commands = [c for body in blocks for c in command_lines(body)]
     names = [c[0] for c in commands]
     for needed in ("estimate", "memory", "simulate", "compare-routers", "goodput", "search",
-                   "sweep", "pareto", "plot", "export", "calibrate"):
+                   "sweep", "pareto", "plot", "export", "calibrate", "compare"):
         assert needed in names, f"the README no longer shows `serveplan {needed}`"
     for args in commands:
         run_documented(args, in_tmp)
     for written in ("run.nc", "goodput.nc", "search.nc", "sweep.nc", "pareto.png",
-                    "goodput.png", "my-gpu.json"):
+                    "goodput.png", "my-gpu.json", "cdf.png", "my-vllm.json"):
         assert (in_tmp / written).is_file(), written
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 import typer
 from rich.table import Table
 
+from serveplan.commands import run_flags as F
 from serveplan.commands.app import app
 from serveplan.commands.common import wide_console
 from serveplan.errors import UserError, check_text_file, report_errors
@@ -85,6 +86,73 @@ def _summary(profile, out: Path) -> None:
     console.print(f"use it with: serveplan estimate --profile {out} ...")
 
 
+def _manifest_cases(path: Path, seed_flags: dict) -> list:
+    """Runs and deployments listed in a YAML manifest (``runs: [{result, deployment}]``)."""
+    from serveplan.config import read_yaml
+    from serveplan.run_calibrate import RunCase
+    from serveplan.runs import read_run
+
+    entries = read_yaml(path).get("runs")
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{path}: runs: expected a list of {{result: FILE, deployment: ...}}")
+    cases = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "result" not in entry or "deployment" not in entry:
+            raise UserError(f"{path}: runs.{i}: needs result (a benchmark file) and "
+                            "deployment (a mapping, or a YAML file)")
+        result = (path.parent / str(entry["result"])).resolve()
+        dep = entry["deployment"]
+        if isinstance(dep, str):
+            dep = F.deployment_from_file((path.parent / dep).resolve())
+        cases.append(RunCase(read_run(result), F.resolve_with_sets(dep, seed_flags)))
+    return cases
+
+
+def _run_cases(runs: list[Path], flags: dict, sets: list[str] | None, fmt) -> list:
+    from serveplan.commands.common import parse_set
+    from serveplan.run_calibrate import RunCase
+    from serveplan.runs import read_run
+
+    cases = []
+    for path in runs:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            cases.extend(_manifest_cases(path, parse_set(sets or [])))
+            continue
+        run = read_run(path, fmt.value if fmt else None)
+        cases.append(RunCase(run, F.run_deployment(run.model, path, flags, sets)))
+    return cases
+
+
+def _calibrate_runs(runs: list[Path], out: Path, flags: dict, sets, fmt, max_evals: int,
+                    seed: int, as_json: bool) -> None:
+    from serveplan.run_calibrate import calibrate_runs
+
+    cases = _run_cases(runs, flags, sets, fmt)
+    fit, validation = calibrate_runs(cases, out, max_evals=max_evals, seed=seed)
+    report = {"out": str(out), **fit.summary(), "leave_one_run_out": validation.rows()}
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=float))
+        return
+    console = wide_console()
+    table = Table(title=f"runtime terms from {len(cases)} run(s) -> {out}")
+    for col in ("run", "TTFT err before", "TTFT err after", "TPOT err before",
+                "TPOT err after"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
+    for row in validation.rows():
+        table.add_row(row["run"], pct(row["ttft_err_before"]), pct(row["ttft_err_after"]),
+                      pct(row["tpot_err_before"]), pct(row["tpot_err_after"]))
+    console.print(table)
+    console.print("errors: |predicted / measured - 1| of the median; 'after' predicts each run "
+                  "with terms fitted on the other runs (leave one run out)", highlight=False)
+    for name in fit.fitted:
+        console.print(f"fitted {name} = {getattr(fit.terms, name):.4g} s", highlight=False)
+    for name, why in fit.skipped.items():
+        console.print(f"not fitted {name}: {why}", highlight=False)
+    console.print(f"use it with: serveplan compare RESULT ... --runtime-profile {out}, or "
+                  f"runtime_profile: {out} in a pool", highlight=False)
+
+
 @app.command()
 @report_errors
 def calibrate(
@@ -92,6 +160,28 @@ def calibrate(
         None, help="Measurement files: CSV/Parquet in the schema of docs/measurements.md.",
         show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="Profile JSON to write."),
+    runs: list[Path] = typer.Option(
+        [], "--runs", help="Fit the engine's runtime terms instead, to benchmark results "
+        "(as `serveplan compare` reads them; repeatable) on the deployment of the flags "
+        "below, or a YAML manifest `runs: [{result: FILE, deployment: {...}}]` for runs on "
+        "different deployments (a TP-sync term needs runs at TP 1 and TP > 1)."),
+    deployment: F.DeploymentFile = None,
+    model: F.Model = None,
+    tp: F.TP = 1,
+    pp: F.PP = 1,
+    count: F.Instances = 1,
+    engine_version: F.EngineVersion = None,
+    runtime_profile: F.RuntimeProfile = None,
+    max_num_seqs: F.MaxNumSeqs = None,
+    max_num_batched_tokens: F.MaxBatchedTokens = None,
+    max_model_len: F.MaxModelLen = None,
+    num_gpu_blocks: F.NumGpuBlocks = None,
+    prefix_caching: F.PrefixCaching = None,
+    fmt: F.Format = None,
+    seed: F.Seed = 0,
+    set_: F.Sets = None,
+    max_evals: int = typer.Option(200, "--max-evals", min=1, max=10_000,
+                                  help="With --runs: simulations the fit may spend per fit."),
     gpu: str | None = typer.Option(
         None, "--gpu", "-g", help="GPU the measurements were taken on (catalog name or YAML); "
         "default: the one GPU named in the files' gpu column."),
@@ -102,7 +192,8 @@ def calibrate(
         None, "--aiconfigurator", help="An AIConfigurator data folder (systems/data/...)."),
     vidur: Path | None = typer.Option(None, "--vidur", help="A Vidur profiling folder."),
     engine: str | None = typer.Option(
-        None, "--engine", help="With --aiconfigurator: framework (vllm, trtllm, sglang)."),
+        None, "--engine", help="With --aiconfigurator: framework (vllm, trtllm, sglang); with "
+        "--runs: the engine that ran."),
     versions: str = typer.Option(
         "current", "--versions", help="With --aiconfigurator: version dir, or 'current'."),
     name: str | None = typer.Option(None, "--name", help="Profile name (default <gpu>-fitted)."),
@@ -112,7 +203,12 @@ def calibrate(
                                  help="Fewest rows a family needs to be fitted."),
     as_json: bool = typer.Option(False, "--json", help="Print the fit summary as JSON."),
 ) -> None:
-    """Fit roofline constants and residual correctors to op measurements of one GPU."""
+    """Fit roofline constants and residual correctors to op measurements of one GPU; with
+    --runs, an engine's runtime terms to your benchmark results."""
+    if runs:
+        if files or measurements or aiconfigurator or vidur:
+            raise UserError("--runs: give benchmark results or op measurements, not both")
+        return _calibrate_runs(runs, out, locals(), set_, fmt, max_evals, seed, as_json)
     from serveplan.estimator import calibrate as cal
     from serveplan.estimator.measurements import validate_measurements
 

@@ -1,0 +1,101 @@
+"""``serveplan compare``: serveplan against a benchmark run the user already has."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from serveplan.commands import run_flags as F
+from serveplan.commands.app import app
+from serveplan.errors import UserError, report_errors
+
+RESULT_HELP = (
+    "A benchmark result: `vllm bench serve --save-result` JSON (add --save-detailed for "
+    "per-request figures), an aiperf profile export (profile_export.jsonl, "
+    "profile_export_aiperf.json or their folder), or an inference-perf report folder.")
+
+
+def _fmt(key: str, x) -> str:
+    if x is None:
+        return "-"
+    if key.endswith("_s"):
+        return f"{x * 1e3:,.1f} ms"
+    if key.endswith(("throughput", "percent")):
+        return f"{x:,.2f}"
+    return f"{x:,.0f}"
+
+
+def print_comparison(result: dict, title: str, console: Console) -> None:
+    """Measured, predicted and the relative error of every metric, then the notes."""
+    table = Table(title=title, title_justify="left")
+    for col in ("metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for key, row in result["metrics"].items():
+        err = row["error"]
+        table.add_row(key.removesuffix("_s"), _fmt(key, row["measured"]),
+                      _fmt(key, row["predicted"]), "-" if err is None else f"{err:+.1%}")
+    console.print(table)
+    console.print("error = predicted / measured - 1; throughputs in requests/s and output "
+                  "tokens/s", highlight=False)
+    for note in result["notes"]:
+        console.print(f"note: {note}", highlight=False)
+
+
+@app.command()
+@report_errors
+def compare(
+    result: Path = typer.Argument(..., help=RESULT_HELP),
+    deployment: F.DeploymentFile = None,
+    model: F.Model = None,
+    gpu: F.Gpu = None,
+    tp: F.TP = 1,
+    pp: F.PP = 1,
+    count: F.Instances = 1,
+    engine: F.Engine = None,
+    engine_version: F.EngineVersion = None,
+    runtime_profile: F.RuntimeProfile = None,
+    max_num_seqs: F.MaxNumSeqs = None,
+    max_num_batched_tokens: F.MaxBatchedTokens = None,
+    max_model_len: F.MaxModelLen = None,
+    num_gpu_blocks: F.NumGpuBlocks = None,
+    prefix_caching: F.PrefixCaching = None,
+    fmt: F.Format = None,
+    seed: F.Seed = 0,
+    set_: F.Sets = None,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the per-request "
+                                    "measured / predicted pairs as NetCDF (.nc)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Draw measured vs predicted "
+                                     "CDFs of TTFT, TPOT, ITL and E2E (.png)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Replay a real benchmark run on the deployment that produced it; measured vs predicted."""
+    from serveplan.results_io import write_netcdf
+    from serveplan.run_compare import compare_run
+    from serveplan.runs import read_run
+
+    run = read_run(result, fmt.value if fmt else None)
+    for flag, path in (("--out", out), ("--plot", plot)):
+        if path is not None and not run.has_requests:
+            raise UserError(f"{flag}: {result.name} has no per-request records (vLLM: rerun "
+                            "with --save-detailed)")
+    resolved = F.run_deployment(run.model, result, locals(), set_)
+    comparison = compare_run(run, resolved, seed)
+    if out is not None:
+        write_netcdf(comparison.pairs, out, kind="compare")
+    if plot is not None:
+        from serveplan.compare_plots import plot_cdfs
+
+        plot_cdfs(comparison, run, plot)
+    if as_json:
+        typer.echo(json.dumps(comparison.as_dict(), indent=2))
+        return
+    console = Console()
+    title = f"{result.name} ({run.tool}, {run.n:,} requests): measured vs serveplan"
+    print_comparison(comparison.as_dict(), title, console)
+    for path in (out, plot):
+        if path is not None:
+            console.print(f"wrote {path}")

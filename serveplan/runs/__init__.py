@@ -1,0 +1,105 @@
+"""Real benchmark results in one in-memory form, and the workload that produced them.
+
+:func:`read_run` reads the result of ``vllm bench serve`` (:mod:`.vllm`), aiperf
+(:mod:`.aiperf`) or inference-perf (:mod:`.inference_perf`) into a
+:class:`~serveplan.runs.model.BenchRun` (seconds, send order);
+:func:`~serveplan.runs.workload.requests_for` rebuilds its requests for the simulator, and
+:func:`~serveplan.runs.vllm.write_vllm` writes any run (a simulation too) as vLLM does.
+
+A file that is not a result, or a malformed one, raises
+:class:`~serveplan.user_input.UserError` with one message naming the file, the field and,
+in JSON Lines, the line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from serveplan.user_input import UserError, check_text_file
+
+from .aiperf import JSON_NAME, JSONL_NAME, read_aiperf
+from .inference_perf import PER_REQUEST, SUMMARY, read_inference_perf
+from .model import BenchRun, Load, run_from_arrays
+from .vllm import read_vllm, write_vllm
+from .workload import requests_for
+
+READERS = {"vllm": read_vllm, "aiperf": read_aiperf, "inference-perf": read_inference_perf}
+_IP_NAME = re.compile(r"(^|_)lifecycle_metrics\.json$|^config\.yaml$")
+_KEY = r'"{}"\s*:'
+_SNIFF = (("inference-perf", ("load_summary", "successes", "benchmark_time_seconds")),
+          ("aiperf", ("aiperf_version", "schema_version", "records")),
+          ("vllm", ("num_prompts", "completed", "request_throughput", "ttfts", "input_lens",
+                    "mean_ttft_ms", "endpoint_type", "backend")))
+UNKNOWN = ("expected a `vllm bench serve --save-result` JSON (keys completed, ttfts, ...), "
+           f"an aiperf export ({JSONL_NAME}, {JSON_NAME}) or an inference-perf report "
+           f"({SUMMARY}, {PER_REQUEST})")
+
+
+def _sniff(path: Path) -> str:
+    """The tool of a JSON file, from the keys in its first 64 KiB."""
+    check_text_file(path, "a benchmark result (JSON)")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(1 << 16)
+    if not head.strip():
+        raise UserError(f"{path}: empty file; {UNKNOWN}")
+    if head.lstrip().startswith("[") and re.search(_KEY.format("start_time"), head):
+        return "inference-perf"
+    if re.search(_KEY.format("unit"), head) and re.search(_KEY.format("avg"), head):
+        return "aiperf"
+    for tool, keys in _SNIFF:
+        if any(re.search(_KEY.format(k), head) for k in keys):
+            return tool
+    raise UserError(f"{path}: unknown benchmark result (none of the keys completed, "
+                    f"successes, records, ...); {UNKNOWN}")
+
+
+def detect_tool(path: str | Path) -> str:
+    """``vllm``, ``aiperf`` or ``inference-perf`` for a result file or folder."""
+    path = Path(path)
+    if path.is_dir():
+        names = {p.name for p in path.iterdir()}
+        if JSONL_NAME in names or JSON_NAME in names or any(
+                n.endswith(("_aiperf.json", ".jsonl")) for n in names):
+            return "aiperf"
+        if any(_IP_NAME.search(n) for n in names):
+            return "inference-perf"
+        raise UserError(f"{path}: no benchmark result in this folder; {UNKNOWN}")
+    if not path.is_file():
+        raise UserError(f"{path}: no such file or folder")
+    if path.suffix == ".jsonl" or path.name.endswith("_aiperf.json"):
+        return "aiperf"
+    if _IP_NAME.search(path.name):
+        return "inference-perf"
+    return _sniff(path)
+
+
+def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
+    """A benchmark result (file or folder) as a :class:`BenchRun`.
+
+    Parameters
+    ----------
+    path : path
+        A ``vllm bench serve`` JSON, an aiperf export (``profile_export.jsonl``,
+        ``profile_export_aiperf.json`` or their folder), or an inference-perf report
+        (its folder or one of its lifecycle JSON files).
+    tool : {"vllm", "aiperf", "inference-perf"}, optional
+        The tool that wrote it; default: detected from file names and keys.
+
+    Raises
+    ------
+    UserError
+        One message naming the file and the missing or bad field.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file or folder")
+    if tool is None:
+        tool = detect_tool(path)
+    if tool not in READERS:
+        raise UserError(f"{path}: format {tool!r}: expected one of {', '.join(READERS)}")
+    return READERS[tool](path)
+
+
+__all__ = ["READERS", "BenchRun", "Load", "detect_tool", "read_aiperf", "read_inference_perf",
+           "read_run", "read_vllm", "requests_for", "run_from_arrays", "write_vllm"]

@@ -1,0 +1,232 @@
+"""Reading benchmark files: one :class:`~serveplan.user_input.UserError` per problem.
+
+Every message names the file (and the line, for JSON Lines and JSON syntax errors) and the
+field, as ``PATH line L: FIELD: problem``. :class:`Where` carries the file and line; the
+typed accessors (:func:`number`, :func:`integer`, :func:`num_list`, ...) check a value and
+name it when it is wrong. :func:`to_seconds` converts a duration in a tool's stated unit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+import yaml
+
+from serveplan.user_input import UserError, check_text_file, decode_problem, not_text_message
+
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+              "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0}
+"""Seconds per unit, for the unit strings the tools write (aiperf: ``ns``, ``ms``, ``sec``)."""
+
+_PERCENTILE = re.compile(r"^p(\d+(?:\.\d+)?)$")
+
+
+class Where:
+    """A file and, optionally, a line of it: the prefix of every message."""
+
+    def __init__(self, path: Path, line: int | None = None) -> None:
+        self.path, self.line = Path(path), line
+
+    def at(self, line: int) -> Where:
+        return Where(self.path, line)
+
+    def __str__(self) -> str:
+        return f"{self.path} line {self.line}" if self.line is not None else str(self.path)
+
+    def fail(self, field: str, problem: str) -> NoReturn:
+        raise UserError(f"{self}: {field}: {problem}")
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------- files
+def read_text(path: Path, expected: str) -> str:
+    """The file's text; binary, undecodable or empty files are refused by name."""
+    check_text_file(path, expected)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(not_text_message(path, decode_problem(exc), expected)) from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not text.strip():
+        raise UserError(f"{path}: empty file; expected {expected}")
+    return text
+
+
+def json_problem(path: Path, exc: json.JSONDecodeError) -> UserError:
+    return UserError(f"{path} line {exc.lineno}: not valid JSON ({exc.msg} at column "
+                     f"{exc.colno})")
+
+
+def load_json(path: Path, expected: str) -> object:
+    """The JSON document in ``path`` (one document; trailing data is an error)."""
+    text = read_text(path, expected)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise json_problem(path, exc) from None
+
+
+def iter_jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a JSON Lines file."""
+    text = read_text(path, expected)
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path} line {lineno}: not valid JSON ({exc.msg} at column "
+                            f"{exc.colno})") from None
+        if not isinstance(rec, dict):
+            raise UserError(f"{path} line {lineno}: expected a JSON object, got "
+                            f"{type(rec).__name__}")
+        yield lineno, rec
+
+
+def load_yaml(path: Path, expected: str) -> dict:
+    """The mapping in a YAML file (an empty file is ``{}``)."""
+    check_text_file(path, expected)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(not_text_message(path, decode_problem(exc), expected)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}{where}: not valid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping at the top level, got "
+                        f"{type(data).__name__}")
+    return data
+
+
+# ----------------------------------------------------------------------------- values
+def mapping(value: object, where: Where, field: str) -> dict:
+    if not isinstance(value, dict):
+        where.fail(field, f"expected an object, got {_describe(value)}")
+    return value
+
+
+def require(obj: dict, key: str, where: Where, prefix: str = "") -> object:
+    """``obj[key]``, or a message that the field is missing."""
+    if key not in obj:
+        where.fail(prefix + key, "missing")
+    return obj[key]
+
+
+def dig(obj: object, dotted: str) -> object:
+    """The value at ``a.b.c`` of nested mappings, ``None`` where any step is missing."""
+    for key in dotted.split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def number(value: object, where: Where, field: str, *, null_ok: bool = False) -> float | None:
+    """A JSON number as ``float`` (``"inf"`` / ``Infinity`` allowed); ``None`` if null_ok."""
+    if value is None and null_ok:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
+        return math.inf
+    if not _is_number(value) or math.isnan(float(value)):
+        where.fail(field, f"expected a number, got {_describe(value)}")
+    return float(value)
+
+
+def integer(value: object, where: Where, field: str, *, low: int | None = None,
+            null_ok: bool = False) -> int | None:
+    """A JSON integer (an integral float or a numeric string from ``--metadata`` too)."""
+    if value is None and null_ok:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        value = int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        where.fail(field, f"expected an integer, got {_describe(value)}")
+    if low is not None and value < low:
+        where.fail(field, f"expected an integer >= {low}, got {value}")
+    return value
+
+
+def text(value: object, where: Where, field: str, *, null_ok: bool = True) -> str | None:
+    if value is None and null_ok:
+        return None
+    if not isinstance(value, str):
+        where.fail(field, f"expected a string, got {_describe(value)}")
+    return value
+
+
+def num_list(value: object, where: Where, field: str, *, null_ok: bool = False) -> np.ndarray:
+    """A JSON list of numbers as ``float64`` (``null`` entries as NaN if ``null_ok``)."""
+    if not isinstance(value, list):
+        where.fail(field, f"expected a list of numbers, got {_describe(value)}")
+    for i, v in enumerate(value):
+        if not (_is_number(v) or (v is None and null_ok)):
+            where.fail(f"{field}[{i}]", f"expected a number, got {_describe(v)}")
+    return np.array([np.nan if v is None else v for v in value], dtype=np.float64)
+
+
+def int_list(value: object, where: Where, field: str) -> np.ndarray:
+    """A JSON list of integers as ``int64``."""
+    if not isinstance(value, list):
+        where.fail(field, f"expected a list of integers, got {_describe(value)}")
+    for i, v in enumerate(value):
+        ok = (isinstance(v, int) and not isinstance(v, bool)) or (
+            isinstance(v, float) and v.is_integer())
+        if not ok:
+            where.fail(f"{field}[{i}]", f"expected an integer, got {_describe(v)}")
+    return np.array(value, dtype=np.int64) if value else np.zeros(0, dtype=np.int64)
+
+
+def seconds_per(unit: object, where: Where, field: str) -> float:
+    """Seconds in one ``unit`` (a duration unit the tools write)."""
+    if not isinstance(unit, str) or unit.strip().lower() not in TIME_UNITS:
+        where.fail(field, f"unknown time unit {unit!r}; expected one of "
+                          f"{', '.join(sorted(set(TIME_UNITS) - {'μs'}))}")
+    return TIME_UNITS[unit.strip().lower()]
+
+
+def stat_name(stat: str) -> str | None:
+    """A statistic's key in :attr:`BenchRun.summary`: ``mean``, ``p50`` (for a median),
+    ``std``, ``min``, ``max`` or ``pNN``; ``None`` for anything else."""
+    stat = stat.lower()
+    if stat in ("mean", "avg", "average"):
+        return "mean"
+    if stat in ("median", "p50"):
+        return "p50"
+    if stat in ("std", "stddev", "std_dev", "min", "max"):
+        return "std" if stat.startswith("std") else stat
+    m = _PERCENTILE.match(stat)
+    if m:
+        p = float(m.group(1))
+        return f"p{int(p)}" if p.is_integer() else f"p{p:g}"
+    return None
+
+
+def ragged(values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten per-request arrays into ``(values, offsets)`` (offsets ``int64[n + 1]``)."""
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum([len(v) for v in values], out=offsets[1:])
+    flat = np.concatenate(values).astype(np.float64) if values else np.zeros(0)
+    return flat, offsets

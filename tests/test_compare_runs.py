@@ -1,0 +1,191 @@
+"""``serveplan compare`` and ``calibrate --runs``: a run replayed against itself, terms
+recovered from runs generated with them, and the command lines' errors.
+
+The round trips are the independent check: a run that serveplan simulated, written in
+vLLM's ``--save-result --save-detailed`` format and read back, must compare with zero
+error (to float rounding), because the replay rebuilds the same requests and sends; and
+runtime terms used to generate runs must come back from fitting those runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import xarray as xr
+from typer.testing import CliRunner
+
+from serveplan.cli import app
+from serveplan.e2e import with_terms
+from serveplan.estimator.runtime import RuntimeTerms
+from serveplan.resolution import resolve
+from serveplan.run_calibrate import RunCase, fit_runs, measured_medians
+from serveplan.run_compare import as_bench_run, compare_run, latency_stats, replay, request_itls
+from serveplan.runs import read_run
+from serveplan.runs.model import Load, run_from_arrays
+from serveplan.runs.vllm import write_vllm
+
+runner = CliRunner()
+POOL = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100", "engine": "vllm",
+        "engine_version": "0.11.0", "max_num_seqs": 64, "num_gpu_blocks": 4000}
+
+
+def _template(n: int, load: Load, seed: int = 1) -> object:
+    """A run with lengths only (its latencies are placeholders the replay ignores)."""
+    rng = np.random.default_rng(seed)
+    zeros = np.zeros(n)
+    return run_from_arrays(input_len=rng.integers(64, 512, n), output_len=rng.integers(8, 48, n),
+                           ttft_s=zeros, e2e_s=zeros, load=load)
+
+
+def _simulated_run(resolved, load: Load, n: int = 60, seed: int = 3):
+    ds = replay(_template(n, load), resolved, seed)
+    return as_bench_run(ds, load, model="llama-3.1-8b"), ds
+
+
+@pytest.fixture(scope="module")
+def resolved():
+    return resolve({"pools": [POOL]})
+
+
+def test_vllm_round_trip_compares_with_zero_error(resolved, tmp_path):
+    run, _ = _simulated_run(resolved, Load("rate", request_rate=8.0))
+    path = tmp_path / "run.json"
+    write_vllm(run, path)
+    back = read_run(path)
+    comparison = compare_run(back, resolved, seed=3)
+    errors = {k: comparison.error(k) for k in comparison.measured}
+    assert errors and all(abs(e) < 1e-9 for e in errors.values() if math.isfinite(e)), errors
+    # every metric the table shows is defined on both sides
+    assert all(math.isfinite(comparison.predicted[k]) for k in ("p99_ttft_s", "p99_itl_s"))
+    pairs = comparison.pairs
+    np.testing.assert_allclose(pairs["measured_ttft_s"], pairs["predicted_ttft_s"], rtol=1e-9)
+    np.testing.assert_allclose(pairs["measured_itl_s"], pairs["predicted_itl_s"], rtol=1e-9)
+
+
+def test_itls_sum_to_each_requests_decode_time(resolved):
+    """Per request, the gaps add up to finish - first token (they tile the decode span)."""
+    _, ds = _simulated_run(resolved, Load("rate", request_rate=8.0))
+    itl, offsets, _ = request_itls(ds)
+    span = (ds["finish_s"] - ds["first_token_s"]).values
+    n_out = ds["output_len"].values
+    for i in np.flatnonzero(n_out > 1):
+        gaps = itl[offsets[i]:offsets[i + 1]]
+        assert len(gaps) == n_out[i] - 1
+        assert gaps.sum() == pytest.approx(span[i], rel=1e-6, abs=1e-9)
+
+
+def test_stats_follow_vllm_definitions():
+    """Hand-computed: TPOT = (e2e - ttft) / (out - 1); failed requests left out; throughput
+    over the duration."""
+    run = run_from_arrays(input_len=[10, 10, 10], output_len=[5, 3, 1], ttft_s=[0.1, 0.2, 0.3],
+                          e2e_s=[0.5, 0.4, 0.3], success=[True, True, False],
+                          itls=[[0.1] * 4, [0.1, 0.1], []], send_s=[0.0, 1.0, 2.0],
+                          load=Load("rate", request_rate=1.0))
+    from serveplan.run_compare import measured_latencies
+
+    stats = latency_stats(measured_latencies(run))
+    assert stats["mean_tpot_s"] == pytest.approx((0.4 / 4 + 0.2 / 2) / 2)
+    assert stats["mean_ttft_s"] == pytest.approx(0.15)
+    assert stats["completed"] == 2 and stats["failed"] == 1
+    # first send 0 -> last response 1.0 + 0.4
+    assert stats["request_throughput"] == pytest.approx(2 / 1.4)
+    assert stats["output_throughput"] == pytest.approx(8 / 1.4)
+
+
+def test_calibrate_recovers_terms_from_runs_generated_with_them(resolved):
+    truth = RuntimeTerms(frontend_request_s=0.03, step_cpu_s=0.004)
+    cases = []
+    for rate in (4.0, 12.0):
+        run, _ = _simulated_run(with_terms(resolved, truth), Load("rate", request_rate=rate))
+        cases.append(RunCase(run, resolved))
+    fit = fit_runs(cases, RuntimeTerms(), names=("frontend_request_s", "step_cpu_s"),
+                   max_evals=150, seed=3)
+    assert fit.terms.frontend_request_s == pytest.approx(0.03, rel=0.15)
+    assert fit.terms.step_cpu_s == pytest.approx(0.004, rel=0.15)
+    assert fit.err_after.max() < 0.02 < fit.err_before.max()
+    assert "tp_sync_per_layer_s" not in fit.fitted
+
+
+def test_calibrate_refuses_a_tp_term_without_tp_contrast(resolved):
+    run, _ = _simulated_run(resolved, Load("rate", request_rate=8.0), n=20)
+    fit = fit_runs([RunCase(run, resolved)], RuntimeTerms(), names=("tp_sync_per_layer_s",),
+                   max_evals=5)
+    assert fit.fitted == () and "tensor-parallel size 1 and > 1" in fit.skipped[
+        "tp_sync_per_layer_s"]
+
+
+def test_measured_medians_need_successes(resolved, tmp_path):
+    run = run_from_arrays(input_len=[10], output_len=[1], ttft_s=[float("nan")],
+                          e2e_s=[float("nan")], success=[False], path=tmp_path / "x.json")
+    from serveplan.user_input import UserError
+
+    with pytest.raises(UserError, match="x.json"):
+        measured_medians(RunCase(run, resolved))
+
+
+# ----------------------------------------------------------------------------- command line
+@pytest.fixture(scope="module")
+def written_run(tmp_path_factory, resolved):
+    run, _ = _simulated_run(resolved, Load("rate", request_rate=8.0), n=40)
+    path = tmp_path_factory.mktemp("runs") / "bench.json"
+    write_vllm(run, path)
+    return path
+
+
+FLAGS = ["--model", "llama-3.1-8b", "--gpu", "h100", "--engine", "vllm", "--engine-version",
+         "0.11.0", "--max-num-seqs", "64", "--num-gpu-blocks", "4000"]
+
+
+def test_compare_command_json_out_and_plot(written_run, tmp_path):
+    out, png = tmp_path / "pairs.nc", tmp_path / "cdf.png"
+    res = runner.invoke(app, ["compare", str(written_run), *FLAGS, "--seed", "3", "--json",
+                              "--out", str(out), "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads(res.output)["metrics"]
+    assert abs(metrics["p50_ttft_s"]["error"]) < 1e-9
+    ds = xr.open_dataset(out, engine="h5netcdf")
+    assert ds.attrs["kind"] == "compare" and ds.sizes["request"] == 40
+    assert png.stat().st_size > 10_000
+
+
+def test_compare_command_table(written_run):
+    res = runner.invoke(app, ["compare", str(written_run), *FLAGS])
+    assert res.exit_code == 0, res.output
+    assert "p99_itl" in res.output and "measured" in res.output
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "llama-3.1-8b"], "--gpu"),
+    (["--gpu", "h100", "--engine-version", "0.11"], "--engine"),
+    (["--gpu", "h100", "--model", "no-such-model"], "no-such-model"),
+])
+def test_compare_command_errors(written_run, argv, message):
+    res = runner.invoke(app, ["compare", str(written_run), *argv])
+    assert res.exit_code == 1
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], res.output
+    assert "Traceback" not in res.output
+
+
+def test_compare_malformed_result_names_the_file(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"completed": 3}')
+    res = runner.invoke(app, ["compare", str(bad), "--gpu", "h100"])
+    assert res.exit_code == 1 and "broken.json" in res.output and "Traceback" not in res.output
+
+
+def test_calibrate_runs_command(written_run, tmp_path):
+    out = tmp_path / "terms.json"
+    res = runner.invoke(app, ["calibrate", "--runs", str(written_run), *FLAGS, "--out", str(out),
+                              "--max-evals", "20", "--seed", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["leave_one_run_out"][0]["ttft_err_after"] is None  # one run: none held out
+    assert "tp_sync_per_layer_s" in report["skipped"]
+    # the profile loads as a pool's runtime profile
+    pool = {**POOL, "runtime_profile": str(out)}
+    fitted = resolve({"pools": [pool]}).pools[0].instance.runtime.terms
+    assert fitted.model_dump() == report["terms"]
