@@ -12,11 +12,12 @@ reduced with the same definitions, those of ``vllm bench serve``:
   duration (from the benchmark's start, time 0 of the send schedule, to its last response).
 
 The simulator does not record each token's time. A predicted request's ITLs are read
-from its instance's step series: its tokens after the first are emitted at the ends of
-the instance's steps between its first token and its finish. Where that does not give
-exactly ``output tokens - 1`` steps (multi-step bursts, a preempted request, a front end
-that shifts client times), the request's gaps are taken as equal (its TPOT) and the count
-of such requests is reported.
+from its instance's step series (a decode pool's instance for a disaggregated run): its
+tokens after the first are emitted at the ends of the last ``output tokens - 1`` steps of
+that instance up to its finish (a request decodes in every step from its admission or
+join to its finish; a preemption's stall shows as one long gap). Where there are fewer
+such steps (multi-step bursts, a decimated step series), the request's gaps are taken as
+equal (its TPOT) and the count of such requests is reported.
 """
 
 from __future__ import annotations
@@ -106,6 +107,15 @@ def _step_ends(ds: xr.Dataset) -> dict[int, np.ndarray]:
     return {int(k): np.sort(ends[inst == k]) for k in np.unique(inst)}
 
 
+def _decode_instance(ds: xr.Dataset) -> np.ndarray:
+    """The instance (index on ``instance``) each request decoded on; -1: none."""
+    routed = ds["routed_to"].values.astype(np.int64)
+    if ds.attrs.get("architecture") != "pd":
+        return routed
+    decode = np.flatnonzero(ds["role"].values == "decode")  # routed_to counts these
+    return np.where(routed >= 0, decode[np.clip(routed, 0, None)], -1)
+
+
 def request_itls(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray, int]:
     """Each request's predicted gaps (module docstring): values, offsets, and how many
     requests got equal gaps because the step series could not place their tokens."""
@@ -114,14 +124,14 @@ def request_itls(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray, int]:
     ok = client_outcome(ds).completed
     n_out = ds["output_len"].values.astype(np.int64)
     first, finish = ds["first_token_s"].values, ds["finish_s"].values
-    inst, tpot = ds["routed_to"].values, ds["tpot_s"].values
+    inst, tpot = _decode_instance(ds), ds["tpot_s"].values
     ends = _step_ends(ds)
     gaps, counts, equal = [], np.zeros(len(n_out), dtype=np.int64), 0
     for i in np.flatnonzero(ok & (n_out > 1)):
         e = ends.get(int(inst[i]), np.empty(0))
         lo, hi = np.searchsorted(e, first[i], "right"), np.searchsorted(e, finish[i], "right")
-        if hi - lo == n_out[i] - 1:
-            gaps.append(np.diff(e[lo:hi], prepend=first[i]))
+        if hi - lo >= n_out[i] - 1:  # its last n - 1 steps (a decode pool's join, a stall)
+            gaps.append(np.diff(e[hi - n_out[i] + 1:hi], prepend=first[i]))
         else:
             gaps.append(np.full(n_out[i] - 1, tpot[i]))
             equal += 1

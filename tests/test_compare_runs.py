@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from serveplan.runs.model import Load, run_from_arrays
 from serveplan.runs.vllm import write_vllm
 
 runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]
 POOL = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100", "engine": "vllm",
         "engine_version": "0.11.0", "max_num_seqs": 64, "num_gpu_blocks": 4000}
 
@@ -189,3 +191,18 @@ def test_calibrate_runs_command(written_run, tmp_path):
     pool = {**POOL, "runtime_profile": str(out)}
     fitted = resolve({"pools": [pool]}).pools[0].instance.runtime.terms
     assert fitted.model_dump() == report["terms"]
+
+
+def test_pd_deployment_itls_tile_the_decode_span(tmp_path):
+    """A prefill/decode deployment (the example's pools): every request's gaps are placed
+    on its decode instance's steps and add up to finish - first token."""
+    from serveplan.commands.run_flags import deployment_from_file
+
+    pd = resolve(deployment_from_file(REPO / "examples" / "pd-pools.yaml"))
+    ds = replay(_template(40, Load("rate", request_rate=6.0)), pd, seed=2)
+    itl, offsets, equal = request_itls(ds)
+    assert equal == 0
+    span = (ds["finish_s"] - ds["first_token_s"]).values
+    sums = np.array([itl[a:b].sum() for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
+    multi = ds["output_len"].values > 1
+    np.testing.assert_allclose(sums[multi], span[multi], rtol=1e-6)
