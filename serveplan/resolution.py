@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from serveplan.estimator.catalog import resolve_gpu
-from serveplan.estimator.memory import default_block_size, plan_memory
+from serveplan.estimator.engine_memory import plan_engine_memory
+from serveplan.estimator.memory import default_block_size
 from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.runtime import EngineRuntime, engine_runtime
 from serveplan.estimator.specs import Parallelism
@@ -95,18 +96,40 @@ class ResolvedDeployment:
         }
 
 
+def _engine_memory_knobs(engine: str, d: InstanceConfig, mnbt: int, block_size: int,
+                        max_num_seqs: int) -> dict:
+    """The instance's knobs under the names of ``engine``'s memory rule; the memory fraction
+    only where the user set one (else the engine's own default)."""
+    fraction = (d.gpu_memory_utilization if "gpu_memory_utilization" in d.model_fields_set
+                else None)
+    if engine == "sglang":
+        return {"mem_fraction_static": fraction, "chunked_prefill_size": mnbt,
+                "max_running_requests": max_num_seqs}
+    if engine == "trtllm":
+        return {"free_gpu_memory_fraction": fraction, "tokens_per_block": block_size,
+                "max_num_tokens": mnbt, "max_batch_size": max_num_seqs}
+    return {"gpu_memory_utilization": d.gpu_memory_utilization, "block_size": block_size,
+            "max_num_batched_tokens": mnbt, "max_num_seqs": max_num_seqs}
+
+
 def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
-               block_size: int, max_num_seqs: int) -> tuple[int, dict | None]:
-    """KV blocks per instance (vLLM's count, null block included) and the memory plan."""
+               block_size: int, max_num_seqs: int, engine: str = "vllm"
+               ) -> tuple[int, dict | None]:
+    """KV blocks per instance (vLLM's count, null block included) and the memory plan, by
+    the memory rule of the instance's engine (vLLM's without one,
+    :mod:`serveplan.estimator.engine_memory`). SGLang counts tokens and TensorRT-LLM its
+    own blocks: their capacity in tokens becomes the simulator's blocks of ``block_size``."""
     if d.num_gpu_blocks is not None:
         return d.num_gpu_blocks, None
-    plan = plan_memory(oracle.model, oracle.gpu, Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
-                       gpu_memory_utilization=d.gpu_memory_utilization,
-                       max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
-                       max_model_len=max_len, block_size=block_size,
-                       dtype=oracle.weight_dtype, kv_dtype=d.kv_dtype, profile=oracle.profile)
+    plan = plan_engine_memory(
+        engine, oracle.model, oracle.gpu, Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
+        max_model_len=max_len, dtype=oracle.weight_dtype, kv_dtype=d.kv_dtype,
+        profile=oracle.profile,
+        **_engine_memory_knobs(engine, d, mnbt, block_size, max_num_seqs))
     plan.raise_if_unfit()
-    return plan.num_gpu_blocks, plan.as_dict()
+    if engine == "vllm":
+        return plan.num_gpu_blocks, plan.as_dict()
+    return plan.kv_tokens // block_size + 1, plan.as_dict()
 
 
 def _engine_runtime(d: Deployment) -> EngineRuntime | None:
@@ -155,7 +178,8 @@ def resolve_instance(d: Deployment) -> ResolvedDeployment:
             f"without chunked prefill ({scheduler}) a step must hold a whole prompt; raise "
             f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
     block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
-    num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs)
+    num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs,
+                                    rt.engine if rt is not None else "vllm")
     watermark = _knob(d, "watermark", rt, 0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
     params = EngineParams(
         num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=max_num_seqs,

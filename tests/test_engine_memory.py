@@ -280,3 +280,21 @@ def test_vllm_profile_rule_against_a_logged_h100_start():
     assert plan.available_kv_bytes == pytest.approx(54.93 * GIB, rel=0.01)
     logged_blocks = math.floor(54.93 * GIB / (16 * 4096 * 32))  # 28,124
     assert plan.num_gpu_blocks == pytest.approx(logged_blocks, rel=0.01)
+
+
+def test_a_pools_kv_cache_follows_its_engines_memory_rule():
+    """resolve() sizes an SGLang / TensorRT-LLM pool by that engine's rule (its capacity in
+    tokens cut into the simulator's blocks, plus vLLM's null block), a vLLM pool and a pool
+    without an engine by vLLM's, and a user's num_gpu_blocks wins over all of them."""
+    from serveplan.resolution import resolve
+
+    base = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100"}
+    vllm = resolve({"pools": [base]}).pools[0].params
+    for engine in ("sglang", "trtllm"):
+        pool = resolve({"pools": [{**base, "engine": engine}]}).pools[0]
+        p, plan = pool.params, pool.instance.memory
+        assert plan["engine"] == engine
+        assert p.num_gpu_blocks == plan["kv_tokens"] // p.block_size  # null block left out
+        assert p.num_gpu_blocks != vllm.num_gpu_blocks
+    set_by_user = resolve({"pools": [{**base, "engine": "sglang", "num_gpu_blocks": 1234}]})
+    assert set_by_user.pools[0].params.num_gpu_blocks == 1233
