@@ -104,6 +104,8 @@ def headline_subsets(df: pd.DataFrame) -> dict[str, np.ndarray]:
         "attention_decode": select_training_rows(df, "attention_decode", kv_dtype="bf16"),
         "moe bf16": select_training_rows(df, "moe", dtype="bf16"),
         "moe fp8": select_training_rows(df, "moe", dtype="fp8"),
+        "moe fp8_block (the oracle's fp8 experts)": select_training_rows(df, "moe",
+                                                                        dtype="fp8_block"),
         "allreduce": select_training_rows(df, "allreduce"),
         "alltoall": select_training_rows(df, "alltoall"),
     }

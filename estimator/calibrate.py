@@ -102,11 +102,16 @@ def _main_kernel(df: pd.DataFrame) -> pd.Series:
     """Whether each row ran its (family, dtype) group's most frequent kernel.
 
     Frameworks dispatch several kernels for one op (FA3 and Triton attention in SGLang,
-    Triton and CUTLASS MoE in vLLM); the one measured most often is the default path.
+    Triton and CUTLASS MoE in vLLM); the one measured most often is the default path. MoE
+    groups are per parallel layout too (tp, ep): vLLM picks the block-fp8 MoE kernel by
+    it (Triton for TP-sharded experts, FlashInfer CUTLASS under expert parallelism).
     """
     if "kernel" not in df.columns or not len(df):
         return pd.Series(True, index=df.index)
     key = df["op_family"].astype(str) + "|" + df["dtype"].astype(str)
+    if {"tp", "ep"} <= set(df.columns):
+        layout = "|" + df["tp"].astype(str) + "|" + df["ep"].astype(str)
+        key = key.where(df["op_family"].astype(str) != "moe", key + layout)
     kern = df["kernel"].astype(str)
     top = kern.groupby(key).agg(lambda s: s.value_counts().index[0])
     return kern == key.map(top)
@@ -329,12 +334,13 @@ def apply_constants(base: Profile, fits: dict[str, ConstantsFit], **updates) -> 
 
 # ------------------------------------------------------------------------ correctors
 
-#: Corrector tables fitted per GPU: (family, selection key, values of the key).
+#: Corrector tables fitted per GPU: (family, selection key, values of the key); the MoE
+#: fp8 kernels the oracle prices: :data:`.correctors.MOE_KERNEL_DTYPE`.
 CORRECTOR_PLAN = (
     ("gemm", "dtype", ("bf16", "fp8")),
     ("attention_prefill", "kv_dtype", ("bf16", "fp8")),
     ("attention_decode", "kv_dtype", ("bf16", "fp8")),
-    ("moe", "dtype", ("bf16", "fp8")),
+    ("moe", "dtype", ("bf16", "fp8", "fp8_block")),
     ("allreduce", "phase", ("prefill", "decode")),
     ("alltoall", None, (None,)),
 )

@@ -62,6 +62,7 @@ __all__ = [
     "FAMILY_AXES",
     "FAMILY_FEATURES",
     "AXIS_STEPS",
+    "MOE_KERNEL_DTYPE",
     "Axis",
     "GridTable",
     "Runtime",
@@ -327,6 +328,18 @@ def pack_runtime(header: list[tuple[int, float, float, int]], values: np.ndarray
 
 
 FALLBACK_SELECT = {"dtype": "bf16", "kv_dtype": "bf16"}
+
+#: Measured MoE kernel (table ``moe:<value>``) that prices the oracle's experts of each
+#: weight dtype, where it is not the dtype itself. The oracle's fp8 weights are
+#: ``quant_method: fp8`` -- block-scaled checkpoints (DeepSeek-V3, Qwen3-*-FP8) or an
+#: online ``--quantization fp8`` -- which vLLM runs with ``Fp8MoEMethod`` (AIConfigurator
+#: ``moe_dtype`` ``fp8_block``, kernels ``vllm_fp8moe_*``) and TRT-LLM / SGLang with their
+#: block-scaled fp8 MoE. AIConfigurator's ``fp8`` rows are a different quantisation method
+#: (ModelOpt per-tensor FP8 checkpoints, vLLM ``vllm_modeloptfp8moe_*``), whose FlashInfer
+#: CUTLASS path on H100/H200 measures 2-3x *slower* than bf16 even where the grouped
+#: GEMMs are bandwidth-bound; its table prices those rows only. Without a ``fp8_block``
+#: table the bf16 one applies (:func:`find_table`).
+MOE_KERNEL_DTYPE = {"fp8": "fp8_block"}
 
 
 def find_table(tables: dict[str, GridTable], family: str, **select: str) -> GridTable | None:

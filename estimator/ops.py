@@ -322,10 +322,13 @@ def _moe(b, model, par, act, w, frac):
     """Router, routed experts (fused MoE), shared experts, EP all-to-all.
 
     With ``ep == 1`` every rank holds all experts sharded ``tp`` ways; with ``ep > 1``
-    each rank holds ``E / ep`` whole experts. Tokens reaching one EP group are the local
-    tokens times ``dp`` (attention data parallel). Routing is taken as uniform: a token
-    picks a given expert with probability top-k / E, so E[assignments on this rank] =
-    tokens · top-k · E_local / E and E[active experts] = E_local (1 - (1 - k/E)^tokens).
+    each rank holds ``E / ep`` whole experts. The step's tokens T are one attention-DP
+    rank's; its experts see the tokens of all ``dp`` ranks, T · dp (ranks taken as equally
+    loaded). Routing is taken as uniform: a token picks a given expert with probability
+    top-k / E, so E[assignments on this rank] = tokens · top-k · E_local / E and
+    E[active experts] = E_local (1 - (1 - k/E)^tokens). All-to-all (EP with attention DP):
+    the rank sends its own T tokens' activations to their top-k experts (dispatch) and gets
+    them back (combine), ``T · k · h · act`` bytes each way -- not the group's T · dp.
     """
     F = MOD_FFN
     h = model.hidden_size

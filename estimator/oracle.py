@@ -18,7 +18,7 @@ import numpy as np
 from serveplan.kernels import roofline as K
 
 from .catalog import resolve_gpu, resolve_model
-from .correctors import Runtime, Static, find_table, packed_factors
+from .correctors import MOE_KERNEL_DTYPE, Runtime, Static, find_table, packed_factors
 from .ops import (
     MODULE_DISPATCH_KEY,
     MODULE_NAMES,
@@ -187,13 +187,13 @@ class CostOracle:
             bind = {"tokens_per_expert": Runtime(K.FEAT_TOKENS, float(np.log2(par.dp * x2))),
                     "local_experts": Static(x1), "expert_size": Static(ops[r, K.C_A] / 6.0),
                     "hidden": Static(hidden), "expert_inter": Static(ops[r, K.C_A] / 6.0 / hidden)}
-            return find_table(tables, "moe", dtype=wdt), bind
+            return find_table(tables, "moe", dtype=MOE_KERNEL_DTYPE.get(wdt, wdt)), bind
         if basis == K.B_ALLREDUCE:
             bind = {"message_bytes": Runtime(K.FEAT_TOKENS, float(np.log2(ops[r, K.C_B]))),
                     "num_gpus": Static(par.tp)}
             return find_table(tables, "allreduce", phase=phase), bind
         if basis == K.B_ALLTOALL:
-            shift = float(np.log2(ops[r, K.C_B] * par.dp))
+            shift = float(np.log2(ops[r, K.C_B]))  # bytes one rank sends: b·T (its tokens)
             bind = {"message_bytes": Runtime(K.FEAT_TOKENS, shift), "num_gpus": Static(par.ep)}
             return find_table(tables, "alltoall"), bind
         return None, None

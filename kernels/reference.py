@@ -157,8 +157,8 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
                 t = ring_allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP], prm[K.P_COMM_BW],
                                             prm[K.P_COMM_LAT], e_m)
             else:
-                t = alltoall_time_ref(ops[r, K.C_B] * T * prm[K.P_MOE_TOKENS], prm[K.P_EP],
-                                      prm[K.P_COMM_BW], prm[K.P_COMM_LAT], e_m)
+                t = alltoall_time_ref(ops[r, K.C_B] * T, prm[K.P_EP], prm[K.P_COMM_BW],
+                                      prm[K.P_COMM_LAT], e_m)  # this rank's T, not dp·T
             if off > 0 and t > 0:
                 t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
             comm[mod] += frac * t

@@ -81,7 +81,7 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_PP,  # pipeline stages
     P_TP,  # tensor-parallel group size (all-reduce ring size)
     P_EP,  # expert-parallel group size (all-to-all size)
-    P_MOE_TOKENS,  # multiplier from local tokens to tokens reaching one EP group (dp)
+    P_MOE_TOKENS,  # dp: one rank's experts see the tokens of all dp (equally loaded) ranks
     P_GRAPH,  # 1.0: pure-decode steps run as one captured CUDA graph
     P_GRAPH_LAUNCH,  # CPU time to launch one graph replay
     P_STEP_OVERHEAD,  # CPU time per engine step outside the forward pass
@@ -372,9 +372,8 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
             e_m = prm[eff_index(ph, int(ops[r, C_FAMILY]), 1)]
             if basis == B_ALLREDUCE:
                 t = ring_allreduce_time(b * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
-            else:
-                t = alltoall_time(b * T * prm[P_MOE_TOKENS], prm[P_EP], prm[P_COMM_BW],
-                                  prm[P_COMM_LAT], e_m)
+            else:  # b·T: the step's T tokens (one attention-DP rank's) x top-k x h x bytes
+                t = alltoall_time(b * T, prm[P_EP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
             if corr_off > 0 and t > 0.0:
                 if lT != lT:
                     lT = np.log2(T)
