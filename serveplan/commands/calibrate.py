@@ -153,6 +153,32 @@ def _calibrate_runs(runs: list[Path], out: Path, flags: dict, sets, fmt, max_eva
                   f"runtime_profile: {out} in a pool", highlight=False)
 
 
+def _calibrate_ops(a: dict) -> None:
+    """Fit a GPU profile to op measurements (the command's arguments ``a``)."""
+    from serveplan.estimator import calibrate as cal
+    from serveplan.estimator.measurements import validate_measurements
+
+    sources = _read_sources([*(a["files"] or []), *a["measurements"]], a["aiconfigurator"],
+                            a["vidur"], a["gpu"], a["engine"], a["versions"])
+    df, gpu = _for_gpu(sources, a["gpu"])
+    validate_measurements(df, source="measurements")
+    min_rows, out = a["min_rows"], a["out"]
+    if len(df) < min_rows:
+        raise UserError(f"{len(df)} measurement rows for {gpu}, fewer than --min-rows "
+                        f"{min_rows}")
+    profile = cal.calibrate(df, gpu, name=a["name"], correctors=a["correctors"],
+                            min_rows=min_rows,
+                            provenance={"command": "serveplan calibrate", "rows": len(df)})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(cal.profile_json(profile))
+    if a["as_json"]:
+        typer.echo(json.dumps({"out": str(out), "name": profile.name,
+                               "constants_fit": profile.provenance.get("constants_fit", {}),
+                               "correctors": sorted(profile.correctors)}, indent=2))
+        return
+    _summary(profile, out)
+
+
 @app.command()
 @report_errors
 def calibrate(
@@ -209,23 +235,4 @@ def calibrate(
         if files or measurements or aiconfigurator or vidur:
             raise UserError("--runs: give benchmark results or op measurements, not both")
         return _calibrate_runs(runs, out, locals(), set_, fmt, max_evals, seed, as_json)
-    from serveplan.estimator import calibrate as cal
-    from serveplan.estimator.measurements import validate_measurements
-
-    sources = _read_sources([*(files or []), *measurements], aiconfigurator, vidur, gpu,
-                            engine, versions)
-    df, gpu = _for_gpu(sources, gpu)
-    validate_measurements(df, source="measurements")
-    if len(df) < min_rows:
-        raise UserError(f"{len(df)} measurement rows for {gpu}, fewer than --min-rows "
-                        f"{min_rows}")
-    profile = cal.calibrate(df, gpu, name=name, correctors=correctors, min_rows=min_rows,
-                            provenance={"command": "serveplan calibrate", "rows": len(df)})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(cal.profile_json(profile))
-    if as_json:
-        typer.echo(json.dumps({"out": str(out), "name": profile.name,
-                               "constants_fit": profile.provenance.get("constants_fit", {}),
-                               "correctors": sorted(profile.correctors)}, indent=2))
-        return
-    _summary(profile, out)
+    _calibrate_ops(locals())
