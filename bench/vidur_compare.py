@@ -350,239 +350,70 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def fmt(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.1f}" if abs(x) >= 10 else f"{x:.2f}"
-
-
-def write_markdown(res: dict, path: Path) -> None:
-    v, s, w = res["vidur"], res["serveplan"], res["workload"]
-    walls = ", ".join(f"{r['wall_s']:.1f}" for r in v["runs"])
-    inits = ", ".join(f"{r['init_s']:.1f}" for r in v["runs"])
-    lines = [
-        "# serveplan vs Vidur: same requests, same model/GPU, wall time and latencies",
-        "",
-        "Reproduce (Vidur only in its own venv outside the repository; the first Vidur run "
-        "trains its random forests, about 40-50 min on 2 cores, later runs reuse "
-        f"`{res['setup']['work_dir']}/.vidur_cache`):",
-        "",
-        "```",
-        "python3 -m venv /tmp/vidur-venv",
-        "/tmp/vidur-venv/bin/pip install vidur==0.0.26",
-        res["command"],
-        "```",
-        "",
-        "(from the repository root; the script reads `../shared/data/vidur` and "
-        "`../shared/tools/vidur_standin_attention.py`, writes Vidur's inputs, profile cache "
-        "and outputs under the work directory, and `--from-json` re-renders this page from "
-        "the JSON.)",
-        "",
-        f"Machine: {res['machine']}; 1-min load average {res['load_average_1min']['start']:.1f} "
-        f"at start, {res['load_average_1min']['end']:.1f} at end (the machine is shared; "
-        "both tools were timed under the same conditions, one process at a time). "
-        f"Vidur {res['setup']['vidur_version']}, "
-        f"serveplan {res['setup']['serveplan_version']} (git {res['setup']['serveplan_git']}).",
-        "",
-        "## Setup (identical inputs)",
-        "",
-        f"- Requests: {w['num_requests']:,} rows of `{SHAREGPT.name}` (sampled without "
-        f"replacement, seed {w['seed']}); prompt+output clipped to {MAX_MODEL_LEN} tokens by "
-        f"shortening the prompt (mean prompt {w['mean_prompt']:.0f}, mean output "
-        f"{w['mean_output']:.0f} tokens).",
-        f"- Arrivals: Poisson, {w['rate']} req/s, drawn once; both tools replay the same "
-        "timestamps from a file (serveplan `kind: trace`, Vidur `trace_replay`).",
-        f"- Model/GPU: Llama-2-7B fp16 on one H100 (TP1). Scheduler: serveplan `vllm-v1` "
-        "(chunked prefill, prefix caching off) vs Vidur `sarathi` (chunked prefill); batch cap "
-        f"{res['setup']['max_num_seqs']}, token budget per step "
-        f"{res['setup']['token_budget']} (serveplan `max_num_batched_tokens`, Vidur "
-        f"`chunk_size`); KV cache {res['setup']['kv_blocks']:,} blocks of 16 tokens in both "
-        "(serveplan's vLLM-style memory plan at gpu_memory_utilization 0.9, passed to Vidur "
-        "as `num_blocks`); watermark 1% of blocks in both.",
-        f"- Vidur's step costs: its default random-forest models (execution-time predictor: "
-        f"{v['predictor']}) trained on the measured `mlp.csv` (Llama-2-7b-hf, "
-        "H100) and a SYNTHETIC stand-in `attention.csv` (roofline-shaped, A100-like "
-        "constants; the real file is not available here). Its latencies are therefore not "
-        "evidence of accuracy. serveplan: its roofline + dispatch cost oracle "
-        f"(profile `{s['resolved'].get('profile')}`).",
-        f"- Estimated offered load: {w['offered_load_note']}",
-        "",
-        "## Wall time",
-        "",
-        "| | value |",
-        "|---|---|",
-        f"| Vidur, whole process (imports, predictor load, simulation, metrics) | "
-        f"{v['wall_s_median']:.1f} s |",
-        f"| Vidur, simulation only (request generation + predictor load + event loop) | "
-        f"{v['sim_s_median']:.1f} s |",
-        f"| Vidur, event loop only | {v['loop_s_median']:.1f} s |",
-        f"| serveplan `simulate()`, median of {len(s['times_s'])} after one warm-up | "
-        f"{s['median_s'] * 1e3:.0f} ms |",
-        f"| serveplan, fresh process (import + one simulate, numba cache warm) | "
-        f"{s['cold_process_s']:.2f} s |",
-        f"| **speedup, Vidur simulation / serveplan simulate()** | "
-        f"**{res['speedup']['sim_vs_simulate']:.0f}x** (target >= 50x) |",
-        f"| speedup, Vidur event loop only / serveplan simulate() | "
-        f"{res['speedup']['loop_vs_simulate']:.0f}x |",
-        f"| speedup, Vidur whole process / serveplan fresh process | "
-        f"{res['speedup']['process_vs_process']:.0f}x |",
-        f"| steps simulated: Vidur / serveplan | {v['num_batches']:,} / {s['total_steps']:,} |",
-        f"| wall time per simulated step: Vidur loop / serveplan | "
-        f"{v['loop_s_median'] / v['num_batches'] * 1e6:.0f} us / "
-        f"{s['median_s'] / max(s['total_steps'], 1) * 1e6:.2f} us |",
-        "",
-        f"Vidur runs: {len(v['runs'])} (wall {walls} s; predictor setup {inits} s). "
-        f"serveplan runs: {', '.join(f'{t * 1e3:.0f}' for t in s['times_s'])} ms (warm-up "
-        f"{s['warm_up_s']:.2f} s).",
-        "",
-        "## Latency percentiles (ms, over completed requests)",
-        "",
-        "| metric | tool | P50 | P90 | P99 | mean |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, row in res["latency"].items():
-        for tool in ("serveplan", "vidur"):
-            p = row[f"{tool}_ms"]
-            lines.append(f"| {name} | {tool} | {fmt(p['p50'])} | {fmt(p['p90'])} | "
-                         f"{fmt(p['p99'])} | {fmt(p['mean'])} |")
-    lines += ["", "Per-request agreement (same request in both tools):", "",
-              "| metric | median serveplan/Vidur ratio | Spearman rank correlation |",
-              "|---|---|---|"]
-    for name, row in res["latency"].items():
-        r, c = row["median_per_request_ratio_serveplan_over_vidur"], row["spearman_per_request"]
-        lines.append(f"| {name} | {r:.2f} | {c:.2f} |")
-    lines += [
-        "",
-        f"Run facts: makespan serveplan {s['duration_s']:.0f} s vs Vidur "
-        f"{v['runs'][0]['simulated_end_s'] - w['first_arrival_s']:.0f} s (last arrival at "
-        f"{w['last_arrival_s']:.0f} s); serveplan mean batch size "
-        f"{s['mean_batch_size']:.1f} (time-weighted), {s['num_preemptions']} preemptions; "
-        f"Vidur {v['num_restarts']} restarts (preemptions). Requests per step (estimate "
-        "applied to both: sum of output-1 decode steps and ceil(prompt/budget) prefill "
-        f"steps, over steps simulated): serveplan "
-        f"{res['requests_per_step_estimate']['serveplan']:.1f}, Vidur "
-        f"{res['requests_per_step_estimate']['vidur']:.1f}.",
-        "",
-        "## Step cost each tool assigns to the same batch (ms per forward step)",
-        "",
-        "| batch | serveplan | Vidur total | Vidur attention part (synthetic) | "
-        "Vidur non-attention part (measured mlp.csv) |",
-        "|---|---|---|---|---|",
-    ]
-    for sp_p, vd_p in zip(res["probes"]["serveplan"], res["probes"]["vidur"], strict=True):
-        lines.append(f"| {sp_p['label']} | {sp_p['total_ms']:.2f} | {vd_p['total_ms']:.2f} | "
-                     f"{vd_p['attention_ms']:.2f} | "
-                     f"{vd_p['total_ms'] - vd_p['attention_ms']:.2f} |")
-    lines += ["", "Effective KV-read bandwidth implied by the 16- and 48-request decode "
-              f"probes: serveplan {implied_kv_bandwidth(res['probes']['serveplan']):.2f} "
-              f"TB/s, Vidur {implied_kv_bandwidth(res['probes']['vidur']):.2f} TB/s.",
-              "", "## Where the differences come from", ""]
-    lines += [f"- {t}" for t in res["explanations"]]
-    lines.append("")
-    path.write_text("\n".join(lines))
-
-
-KV_BYTES_PER_TOKEN = 2 * 32 * 32 * 128 * 2  # K and V, 32 layers, 32 KV heads x 128, fp16
-
-
-def standin_prefill_attention_ms(chunk: int, kv: int, layers: int = 32) -> float:
-    """The stand-in profile's formula (vidur_standin_attention.py docstring) for Llama-2-7B,
-    attention + KV-cache save of one prefill chunk, all layers."""
-    hq, d, hkv = 32, 128, 32
-    pre = 0.010 + 4 * hq * d * chunk * (kv + chunk / 2) / 150e12 * 1e3 * (1 + 64 / chunk)
-    save = 0.006 + chunk * 2 * hkv * d * 2 / 1.2e12 * 1e3
-    return (pre + save) * layers
-
-
-def implied_kv_bandwidth(probes: list[dict]) -> float:
-    """TB/s: extra KV bytes read between the 16- and 48-request decode probes over the
-    extra step time (weights are read once in both, so the difference is KV traffic)."""
-    t = {p["label"]: p["total_ms"] for p in probes}
-    extra_tokens = (48 - 16) * 2048
-    return extra_tokens * KV_BYTES_PER_TOKEN / ((t["decode, 48 x 2k ctx"]
-                                                 - t["decode, 16 x 2k ctx"]) * 1e-3) / 1e12
-
-
-def explanations(res: dict) -> list[str]:
-    pr_s = {p["label"]: p["total_ms"] for p in res["probes"]["serveplan"]}
-    pr_v = {p["label"]: p for p in res["probes"]["vidur"]}
-    d1 = "decode, 1 x 1k ctx"
-    pf = "prefill 2048 tokens, empty cache"
-    lat, cap, rate = res["latency"], res["capacity"], res["workload"]["rate"]
-    bw_s = implied_kv_bandwidth(res["probes"]["serveplan"])
-    bw_v = implied_kv_bandwidth(res["probes"]["vidur"])
-    out = [
-        "Decode attention (the main TPOT difference): the cost each tool adds per cached "
-        "token read in a decode step implies an effective KV-read bandwidth of "
-        f"{bw_s:.2f} TB/s in serveplan (H100 HBM3: 3.35 TB/s peak) and {bw_v:.2f} TB/s in "
-        "Vidur, whose attention numbers come from the SYNTHETIC stand-in profile (its "
-        "formula assumes 1.5 TB/s, an A100-like constant, not an H100 measurement). Decode "
-        "steps with tens of requests at 1-3k context are mostly attention, so Vidur's steps "
-        f"are ~2x longer there; median per-request TPOT ratio serveplan/Vidur "
-        f"{lat['TPOT']['median_per_request_ratio_serveplan_over_vidur']:.2f}.",
-        "Decode fixed cost agrees by coincidence of two different models: a 1-request decode "
-        f"step is {pr_s[d1]:.2f} ms in serveplan and {pr_v[d1]['total_ms']:.2f} ms in "
-        "Vidur. Vidur's is the measured per-op GPU times at 1 token (each op timed on its own "
-        "with CUDA events, so per-kernel fixed costs are inside them) x 32 layers; Vidur "
-        "0.0.26 models nothing "
-        "outside the transformer blocks (no embedding, LM head, sampler, no CPU/scheduling "
-        "overhead: `ExecutionTime.total_time` = block time x layers). serveplan's is a "
-        "weights-read roofline under CUDA graphs plus LM head, sampler and a per-step "
-        "overhead.",
-        "Prefill (the main TTFT difference): a 2048-token prefill on an empty cache costs "
-        f"{pr_s[pf]:.1f} ms in serveplan and {pr_v[pf]['total_ms']:.1f} ms in Vidur, of which "
-        f"{pr_v[pf]['total_ms'] - pr_v[pf]['attention_ms']:.1f} ms are Vidur's measured "
-        f"linear/norm ops (close to serveplan's whole step) and {pr_v[pf]['attention_ms']:.1f} "
-        "ms synthetic attention. Vidur 0.0.26 queries its prefill-attention model with the "
-        "context *including* the current chunk (`num_kv_tokens` = processed + chunk), while "
-        "the stand-in tabulates the context *before* it (as the GitHub release's predictor "
-        "queried it: `request.num_processed_tokens`); the stand-in formula "
-        f"gives {standin_prefill_attention_ms(2048, 0):.1f} ms at context 0 but "
-        f"{standin_prefill_attention_ms(2048, 2048):.1f} ms at context 2048, so most of "
-        "that attention time is this convention mismatch plus the A100-like 150 TFLOP/s.",
-    ]
-    if cap:
-        out.append(
-            "Load: the slower step costs give Vidur a lower saturation throughput "
-            f"({cap['vidur_req_per_s']:.2f} vs {cap['serveplan_req_per_s']:.2f} req/s), so "
-            f"the same {rate} req/s is {rate / cap['vidur_req_per_s']:.0%} load for Vidur but "
-            f"{rate / cap['serveplan_req_per_s']:.0%} for serveplan: Vidur runs larger "
-            f"batches (about {res['requests_per_step_estimate']['vidur']:.0f} vs "
-            f"{res['requests_per_step_estimate']['serveplan']:.0f} requests per step), so "
-            "each prefill shares its step with more decodes, and it queues more, "
-            "which widens the TTFT and E2E tails beyond the per-step difference "
-            f"(median per-request TTFT ratio "
-            f"{lat['TTFT']['median_per_request_ratio_serveplan_over_vidur']:.2f}, P99 "
-            f"{lat['TTFT']['serveplan_ms']['p99']:.0f} vs {lat['TTFT']['vidur_ms']['p99']:.0f} "
-            "ms).")
-    out += [
-        "Scheduling (not isolated here): both run decode-first chunked prefill with the "
-        "same token budget, batch cap, KV blocks and watermark. Vidur's sarathi scheduler "
-        "reserves KV blocks for the whole prompt at admission and preempts by restarting "
-        "the newest request; serveplan's vLLM-v1 scheduler allocates blocks per scheduled "
-        f"chunk and preempts the last-admitted request by recompute. Preemptions in this "
-        f"run: serveplan {res['serveplan']['num_preemptions']}, Vidur restarts "
-        f"{res['vidur']['num_restarts']}.",
-        "Vidur's own two predictors disagree: the Python execution-time predictor (Vidur's "
-        "default, used here) applies `attention_decode_batching_overhead_fraction` (0.1) "
-        "only to GQA models, while with `use_native_execution_time_predictor` the decode "
-        "attention of this MHA model came out exactly 1.10x higher in our probes, giving "
-        "different decode costs and a different number of batches (the per-batch wall time "
-        "is the same; run with --native-predictor to see it).",
-        "Speed: Vidur is a Python event loop with an object per request, batch, batch stage "
-        "and event and a dictionary look-up per operator per batch; serveplan's loop is "
-        "compiled (numba) over structure-of-arrays request state with an O(1) cost "
-        "evaluation per step. Per simulated step the difference is larger than per run, "
-        "because serveplan's cheaper steps make it simulate more (smaller) steps for the "
-        "same requests.",
-        "Vidur 0.0.26 needed one runtime fix to run at all under KV pressure: "
-        "`Request.restart()` does not reset the per-stage processed-token count, so the "
-        "first preempted request fails an assertion; the runner resets it (no Vidur files "
-        "are changed).",
-    ]
-    return out
-
 
 # ----------------------------------------------------------------------------- main
 def main() -> int:
+    args, ap = _parse_args()
+    if args.from_json:
+        return _rerender(args.out)
+    vpython = args.vidur_venv / "bin" / "python"
+    if not vpython.exists():
+        print(f"SKIP: no Vidur venv at {args.vidur_venv} (create it with `python3 -m venv "
+              f"{args.vidur_venv} && {args.vidur_venv}/bin/pip install vidur==0.0.26`); "
+              "nothing compared, results left unchanged.")
+        return 0
+    work = args.work_dir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    vversion = subprocess.run([str(vpython), "-c", "import importlib.metadata as m;"
+                               "print(m.version('vidur'))"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    load_before = os.getloadavg()
+    prepare_vidur_cache(work)
+
+    # One KV-cache size for both: serveplan's vLLM-style memory plan.
+    from serveplan.simulation import resolve_deployment
+
+    planned = resolve_deployment(sp_deployment(args.max_num_seqs, args.token_budget, None))
+    usable_blocks = planned.params.num_gpu_blocks
+    dep = sp_deployment(args.max_num_seqs, args.token_budget, usable_blocks + 1)
+
+    # Warm-up Vidur run (trains its forests the first time), then timed runs.
+    warm = build_trace(50, 1.0, args.seed + 1, work / "inputs_warmup")
+    vkw = dict(num_blocks=usable_blocks, max_num_seqs=args.max_num_seqs,
+               token_budget=args.token_budget, native=args.native_predictor)
+    print("Vidur warm-up run (trains the predictor on first use) ...", flush=True)
+    warm_res = run_vidur(vpython, work, vidur_args(warm["vidur_csv"], work / "out_warmup",
+                                                   **vkw))
+    print(f"  done in {warm_res['wall_s']:.1f} s", flush=True)
+
+    capacity = _capacity(args, vpython, work, vkw, dep) if args.capacity_requests else None
+    if args.rate is None:
+        if capacity is None:
+            ap.error("give --rate or a non-zero --capacity-requests")
+        low = min(capacity["vidur_req_per_s"], capacity["serveplan_req_per_s"])
+        args.rate = round(args.load * low, 2)
+        print(f"arrival rate {args.rate} req/s ({args.load:.0%} of {low:.2f})", flush=True)
+    trace = build_trace(args.num_requests, args.rate, args.seed, work / "inputs")
+    vruns = _vidur_runs(args, vpython, work, vkw, trace)
+    vmetrics = read_vidur_metrics(Path(vruns[-1]["output_dir"]), trace)
+    vrestarts = vmetrics.pop("num_restarts")
+
+    sp = run_serveplan(dep, trace["serveplan_csv"], args.serveplan_runs)
+    sp["cold_process_s"] = serveplan_cold_process(dep, trace["serveplan_csv"])
+    print(f"serveplan: {', '.join(f'{t * 1e3:.0f}' for t in sp['times_s'])} ms", flush=True)
+    if not np.allclose(sp["arrival_s"], trace["arrival_s"]):
+        raise RuntimeError("serveplan did not replay the trace's arrival times")
+
+    v = _vidur_summary(args, vruns, vrestarts, warm_res)
+    setup = {"vversion": vversion, "work": work, "usable_blocks": usable_blocks,
+             "load_before": load_before, "capacity": capacity}
+    res = _results(args, setup, trace, v, sp, vmetrics, dep, vruns)
+    _write(res, args.out)
+    return 0
+
+
+def _parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vidur-venv", type=Path,
@@ -607,112 +438,91 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=RESULTS / "vidur_compare")
     ap.add_argument("--from-json", action="store_true",
                     help="only re-render <out>.md (and the explanations) from <out>.json")
-    args = ap.parse_args()
+    return ap.parse_args(), ap
 
-    if args.from_json:
-        res = json.loads(args.out.with_suffix(".json").read_text())
-        res["explanations"] = explanations(res)
-        args.out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
-        write_markdown(res, args.out.with_suffix(".md"))
-        return 0
 
-    vpython = args.vidur_venv / "bin" / "python"
-    if not vpython.exists():
-        print(f"SKIP: no Vidur venv at {args.vidur_venv} (create it with `python3 -m venv "
-              f"{args.vidur_venv} && {args.vidur_venv}/bin/pip install vidur==0.0.26`); "
-              "nothing compared, results left unchanged.")
-        return 0
-    work = args.work_dir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    vversion = subprocess.run([str(vpython), "-c", "import importlib.metadata as m;"
-                               "print(m.version('vidur'))"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+def _markdown(res: dict, path: Path) -> None:
+    from vidur_compare_report import write_markdown
 
-    load_before = os.getloadavg()
-    prepare_vidur_cache(work)
+    write_markdown(res, path, trace_name=SHAREGPT.name, max_model_len=MAX_MODEL_LEN)
 
-    # One KV-cache size for both: serveplan's vLLM-style memory plan.
-    from serveplan import __version__ as sp_version
-    from serveplan.simulation import resolve_deployment
 
-    planned = resolve_deployment(sp_deployment(args.max_num_seqs, args.token_budget, None))
-    usable_blocks = planned.params.num_gpu_blocks
-    dep = sp_deployment(args.max_num_seqs, args.token_budget, usable_blocks + 1)
+def _rerender(out: Path) -> int:
+    """``--from-json``: refresh the explanations in ``<out>.json`` and re-render ``<out>.md``."""
+    from vidur_compare_report import explanations
 
-    # Warm-up Vidur run (trains its forests the first time), then timed runs.
-    warm = build_trace(50, 1.0, args.seed + 1, work / "inputs_warmup")
-    vkw = dict(num_blocks=usable_blocks, max_num_seqs=args.max_num_seqs,
-               token_budget=args.token_budget, native=args.native_predictor)
-    print("Vidur warm-up run (trains the predictor on first use) ...", flush=True)
-    warm_res = run_vidur(vpython, work, vidur_args(warm["vidur_csv"], work / "out_warmup",
-                                                   **vkw))
-    print(f"  done in {warm_res['wall_s']:.1f} s", flush=True)
+    res = json.loads(out.with_suffix(".json").read_text())
+    res["explanations"] = explanations(res)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+    _markdown(res, out.with_suffix(".md"))
+    return 0
 
-    # Saturation throughput of each tool: the same requests all arriving at t = 0.
-    capacity = None
-    if args.capacity_requests:
-        burst = build_trace(args.capacity_requests, 1e6, args.seed + 2, work / "inputs_capacity")
-        vcap = run_vidur(vpython, work, vidur_args(burst["vidur_csv"], work / "out_capacity",
-                                                   **vkw))
-        import serveplan
-        from serveplan.sim.results import summarize
 
-        ds = serveplan.simulate(dep, {"kind": "trace", "path": str(burst["serveplan_csv"]),
-                                      "arrival": "trace"})
-        capacity = {"num_requests": args.capacity_requests,
-                    "vidur_req_per_s": args.capacity_requests / vcap["simulated_end_s"],
-                    "serveplan_req_per_s": summarize(ds)["request_throughput"]}
-        print(f"saturation throughput: Vidur {capacity['vidur_req_per_s']:.2f} req/s, "
-              f"serveplan {capacity['serveplan_req_per_s']:.2f} req/s", flush=True)
-    if args.rate is None:
-        if capacity is None:
-            ap.error("give --rate or a non-zero --capacity-requests")
-        low = min(capacity["vidur_req_per_s"], capacity["serveplan_req_per_s"])
-        args.rate = round(args.load * low, 2)
-        print(f"arrival rate {args.rate} req/s ({args.load:.0%} of {low:.2f})", flush=True)
-    trace = build_trace(args.num_requests, args.rate, args.seed, work / "inputs")
+def _capacity(args, vpython: Path, work: Path, vkw: dict, dep: dict) -> dict:
+    """Saturation throughput of each tool: the same requests all arriving at t = 0."""
+    burst = build_trace(args.capacity_requests, 1e6, args.seed + 2, work / "inputs_capacity")
+    vcap = run_vidur(vpython, work, vidur_args(burst["vidur_csv"], work / "out_capacity",
+                                               **vkw))
+    import serveplan
+    from serveplan.sim.results import summarize
+
+    ds = serveplan.simulate(dep, {"kind": "trace", "path": str(burst["serveplan_csv"]),
+                                  "arrival": "trace"})
+    capacity = {"num_requests": args.capacity_requests,
+                "vidur_req_per_s": args.capacity_requests / vcap["simulated_end_s"],
+                "serveplan_req_per_s": summarize(ds)["request_throughput"]}
+    print(f"saturation throughput: Vidur {capacity['vidur_req_per_s']:.2f} req/s, "
+          f"serveplan {capacity['serveplan_req_per_s']:.2f} req/s", flush=True)
+    return capacity
+
+
+def _vidur_runs(args, vpython: Path, work: Path, vkw: dict, trace: dict) -> list[dict]:
     vruns = []
     for i in range(args.vidur_runs):
         r = run_vidur(vpython, work, vidur_args(trace["vidur_csv"], work / "out", **vkw))
         print(f"Vidur run {i + 1}: wall {r['wall_s']:.1f} s, loop {r['loop_s']:.1f} s, "
               f"{r['num_batches']:,} batches", flush=True)
         vruns.append(r)
-    vmetrics = read_vidur_metrics(Path(vruns[-1]["output_dir"]), trace)
-    vrestarts = vmetrics.pop("num_restarts")
+    return vruns
 
-    sp = run_serveplan(dep, trace["serveplan_csv"], args.serveplan_runs)
-    sp["cold_process_s"] = serveplan_cold_process(dep, trace["serveplan_csv"])
-    print(f"serveplan: {', '.join(f'{t * 1e3:.0f}' for t in sp['times_s'])} ms", flush=True)
-    if not np.allclose(sp["arrival_s"], trace["arrival_s"]):
-        raise RuntimeError("serveplan did not replay the trace's arrival times")
 
+def _vidur_summary(args, vruns: list[dict], vrestarts, warm_res: dict) -> dict:
     med = statistics.median
-    v = {"runs": [{k: r[k] for k in ("wall_s", "import_s", "init_s", "loop_s", "write_s",
-                                     "num_batches", "simulated_end_s")} for r in vruns],
-         "wall_s_median": med(r["wall_s"] for r in vruns),
-         "sim_s_median": med(r["init_s"] + r["loop_s"] for r in vruns),
-         "loop_s_median": med(r["loop_s"] for r in vruns),
-         "num_batches": vruns[-1]["num_batches"],
-         "peak_rss_gib": vruns[-1]["peak_rss_gib_max_child"],
-         "predictor": "native (C++)" if args.native_predictor else "Python (Vidur's default)",
-         "num_restarts": vrestarts,
-         "warm_up_wall_s": warm_res["wall_s"]}
+    return {"runs": [{k: r[k] for k in ("wall_s", "import_s", "init_s", "loop_s", "write_s",
+                                        "num_batches", "simulated_end_s")} for r in vruns],
+            "wall_s_median": med(r["wall_s"] for r in vruns),
+            "sim_s_median": med(r["init_s"] + r["loop_s"] for r in vruns),
+            "loop_s_median": med(r["loop_s"] for r in vruns),
+            "num_batches": vruns[-1]["num_batches"],
+            "peak_rss_gib": vruns[-1]["peak_rss_gib_max_child"],
+            "predictor": "native (C++)" if args.native_predictor else "Python (Vidur's default)",
+            "num_restarts": vrestarts,
+            "warm_up_wall_s": warm_res["wall_s"]}
+
+
+def _results(args, setup: dict, trace: dict, v: dict, sp: dict, vmetrics: dict, dep: dict,
+             vruns: list[dict]) -> dict:
+    """The run's JSON: setup, workload, both tools' timings, latencies, probes, explanations."""
+    from vidur_compare_report import explanations, offered_load
+
+    from serveplan import __version__ as sp_version
+
     mean_p, mean_o = float(trace["prompt"].mean()), float(trace["output"].mean())
     cmd = " ".join([".venv/bin/python bench/vidur_compare.py", *sys.argv[1:]])
     res = {
         "command": cmd,
         "machine": f"{platform.machine()} {os.cpu_count()} cpu(s), Python "
                    f"{platform.python_version()}",
-        "load_average_1min": {"start": load_before[0], "end": os.getloadavg()[0]},
-        "setup": {"vidur_version": vversion, "serveplan_version": sp_version,
+        "load_average_1min": {"start": setup["load_before"][0], "end": os.getloadavg()[0]},
+        "setup": {"vidur_version": setup["vversion"], "serveplan_version": sp_version,
                   "serveplan_git": git_state(),
-                  "work_dir": str(work), "max_num_seqs": args.max_num_seqs,
-                  "token_budget": args.token_budget, "kv_blocks": usable_blocks,
+                  "work_dir": str(setup["work"]), "max_num_seqs": args.max_num_seqs,
+                  "token_budget": args.token_budget, "kv_blocks": setup["usable_blocks"],
                   "block_size": 16, "model": [SP_MODEL, VIDUR_MODEL],
                   "gpu": [SP_GPU, VIDUR_DEVICE], "vidur_scheduler": "sarathi",
                   "serveplan_scheduler": "vllm-v1",
                   "vidur_attention_profile": "SYNTHETIC stand-in (vidur_standin_attention.py)"},
-        "capacity": capacity,
+        "capacity": setup["capacity"],
         "workload": {"num_requests": args.num_requests, "rate": args.rate, "seed": args.seed,
                      "mean_prompt": mean_p, "mean_output": mean_o,
                      "first_arrival_s": float(trace["arrival_s"][0]),
@@ -738,11 +548,14 @@ def main() -> int:
     res["requests_per_step_estimate"] = {"serveplan": req_steps / sp["total_steps"],
                                          "vidur": req_steps / v["num_batches"]}
     res["explanations"] = explanations(res)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=float) + "\n")
-    write_markdown(res, args.out.with_suffix(".md"))
-    print(args.out.with_suffix(".md").read_text())
-    return 0
+    return res
+
+
+def _write(res: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=float) + "\n")
+    _markdown(res, out.with_suffix(".md"))
+    print(out.with_suffix(".md").read_text())
 
 
 def git_state() -> str:
@@ -755,25 +568,6 @@ def git_state() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + (" (with uncommitted changes)" if dirty else "")
-
-
-def offered_load(res: dict, trace: dict) -> str:
-    """Arrival rate against each tool's saturation throughput; drain time after the last
-    arrival."""
-    cap, rate = res["capacity"], res["workload"]["rate"]
-    head = ""
-    if cap:
-        head = (f"saturation throughput (all {cap['num_requests']:,} requests of another "
-                f"sample arriving at t = 0): Vidur {cap['vidur_req_per_s']:.2f} req/s, "
-                f"serveplan {cap['serveplan_req_per_s']:.2f} req/s; {rate} req/s is "
-                f"{rate / cap['vidur_req_per_s']:.0%} of Vidur's and "
-                f"{rate / cap['serveplan_req_per_s']:.0%} of serveplan's. ")
-    span = float(trace["arrival_s"][-1] - trace["arrival_s"][0])
-    sp_end = res["serveplan"]["duration_s"]
-    vd_end = res["vidur"]["runs"][0]["simulated_end_s"] - float(trace["arrival_s"][0])
-    return head + (f"Arrivals span {span:.0f} s; the last request finishes {sp_end - span:.0f} s "
-            f"(serveplan) / {vd_end - span:.0f} s (Vidur) after the last arrival, i.e. "
-            "neither queue diverges.")
 
 
 if __name__ == "__main__":

@@ -230,6 +230,25 @@ def load_argonne(
     is ``tpot_s / batch_size``.
     """
     root = Path(root)
+    chosen = _chosen_sources(root, sources)
+    catalog = catalog_model_ids(models_dir) if models_dir is not None else None
+    res = pd.concat([_read_source(root, src) for src in chosen], ignore_index=True)
+    _add_engine_columns(res)
+    _add_model_columns(res, catalog)
+    _add_derived_columns(res)
+    return res[_COLUMN_ORDER]
+
+
+#: Column order of :func:`load_argonne`'s table.
+_COLUMN_ORDER = ["source", "hardware", "gpu", "framework", "engine", "model", "hf_model",
+                 "model_known", "in_catalog", "num_gpus", "tp", "batch_size", "input_len",
+                 "output_len", "weight_dtype", "kv_dtype", "latency_s", "throughput_tok_s",
+                 "throughput_consistent", "output_throughput_tok_s", "ttft_s", "tpot_s",
+                 "avg_power"]
+
+
+def _chosen_sources(root: Path, sources: Iterable[str] | str | None) -> list[str]:
+    """The :data:`ARGONNE_FILES` keys to read: those given (validated) or all present."""
     if sources is None:
         chosen = [k for k, f in ARGONNE_FILES.items() if (root / f).is_file()]
         if "all_results" not in chosen:
@@ -240,54 +259,62 @@ def load_argonne(
         if bad:
             raise GroundTruthError(f"sources given invalid value(s) {bad}; "
                                    f"valid: {sorted(ARGONNE_FILES)}")
-    catalog = catalog_model_ids(models_dir) if models_dir is not None else None
+    return chosen
 
-    frames = []
-    for src in chosen:
-        path = root / ARGONNE_FILES[src]
-        if not path.is_file():
-            raise GroundTruthError(f"{path}: file not found")
-        df = _read(path)
-        base = ["Hardware", "Num of Hardware", "Framework", "Model", "Batch Size"]
-        out = pd.DataFrame({
-            "source": src,
-            "hardware": df.get("Hardware"),
-            "framework": df.get("Framework"),
-            "model": df.get("Model"),
-        })
-        if src == "ttft_itl":
-            _need(df, [*base, "Input Length", "Output Length", "TTFT Latency", "end_latency"],
-                  path)
-            out["input_len"] = df["Input Length"].astype(float)
-            out["output_len"] = df["Input Length"].astype(float)
-            out["latency_s"] = pd.to_numeric(df["end_latency"], errors="coerce")
-            out["ttft_s"] = pd.to_numeric(df["TTFT Latency"], errors="coerce")
-            out["throughput_tok_s"] = np.nan
-        else:
-            lat_col = "latency" if src == "quant" else "Latency"
-            thr_col = "throughput" if src == "quant" else "Throughput"
-            _need(df, [*base, "Input Output Length", lat_col, thr_col], path)
-            out["input_len"] = df["Input Output Length"].astype(float)
-            out["output_len"] = df["Input Output Length"].astype(float)
-            out["latency_s"] = pd.to_numeric(df[lat_col], errors="coerce")
-            out["ttft_s"] = np.nan
-            out["throughput_tok_s"] = pd.to_numeric(df[thr_col], errors="coerce")
-        out["num_gpus"] = df["Num of Hardware"].astype(float)
-        out["batch_size"] = df["Batch Size"].astype(float)
-        out["weight_dtype"], out["kv_dtype"] = "fp16", "fp16"
-        if src == "quant":
-            _need(df, ["kv_cache_dtype"], path)
-            parsed = df["kv_cache_dtype"].astype(str).str.extract(_DTYPE_LABEL)
-            if parsed.isna().any(axis=None):
-                bad = sorted(set(df["kv_cache_dtype"][parsed[0].isna()].astype(str)))
-                raise GroundTruthError(f"{path}: unparsed kv_cache_dtype label(s) {bad}")
-            out["weight_dtype"] = parsed[0].str.lower()
-            out["kv_dtype"] = parsed[1].str.lower()
-        out["avg_power"] = (pd.to_numeric(df["avg_power"], errors="coerce")
-                            if src == "power" and "avg_power" in df.columns else np.nan)
-        frames.append(out)
-    res = pd.concat(frames, ignore_index=True)
 
+def _read_source(root: Path, src: str) -> pd.DataFrame:
+    """One source file as the raw columns of the tidy table (before label mapping)."""
+    path = root / ARGONNE_FILES[src]
+    if not path.is_file():
+        raise GroundTruthError(f"{path}: file not found")
+    df = _read(path)
+    base = ["Hardware", "Num of Hardware", "Framework", "Model", "Batch Size"]
+    out = pd.DataFrame({
+        "source": src,
+        "hardware": df.get("Hardware"),
+        "framework": df.get("Framework"),
+        "model": df.get("Model"),
+    })
+    if src == "ttft_itl":
+        _need(df, [*base, "Input Length", "Output Length", "TTFT Latency", "end_latency"],
+              path)
+        out["input_len"] = df["Input Length"].astype(float)
+        out["output_len"] = df["Input Length"].astype(float)
+        out["latency_s"] = pd.to_numeric(df["end_latency"], errors="coerce")
+        out["ttft_s"] = pd.to_numeric(df["TTFT Latency"], errors="coerce")
+        out["throughput_tok_s"] = np.nan
+    else:
+        lat_col = "latency" if src == "quant" else "Latency"
+        thr_col = "throughput" if src == "quant" else "Throughput"
+        _need(df, [*base, "Input Output Length", lat_col, thr_col], path)
+        out["input_len"] = df["Input Output Length"].astype(float)
+        out["output_len"] = df["Input Output Length"].astype(float)
+        out["latency_s"] = pd.to_numeric(df[lat_col], errors="coerce")
+        out["ttft_s"] = np.nan
+        out["throughput_tok_s"] = pd.to_numeric(df[thr_col], errors="coerce")
+    out["num_gpus"] = df["Num of Hardware"].astype(float)
+    out["batch_size"] = df["Batch Size"].astype(float)
+    out["weight_dtype"], out["kv_dtype"] = "fp16", "fp16"
+    if src == "quant":
+        _add_quant_dtypes(out, df, path)
+    out["avg_power"] = (pd.to_numeric(df["avg_power"], errors="coerce")
+                        if src == "power" and "avg_power" in df.columns else np.nan)
+    return out
+
+
+def _add_quant_dtypes(out: pd.DataFrame, df: pd.DataFrame, path: Path) -> None:
+    """Weight / KV dtypes of the quantisation runs, parsed from their ``kv_cache_dtype`` label."""
+    _need(df, ["kv_cache_dtype"], path)
+    parsed = df["kv_cache_dtype"].astype(str).str.extract(_DTYPE_LABEL)
+    if parsed.isna().any(axis=None):
+        bad = sorted(set(df["kv_cache_dtype"][parsed[0].isna()].astype(str)))
+        raise GroundTruthError(f"{path}: unparsed kv_cache_dtype label(s) {bad}")
+    out["weight_dtype"] = parsed[0].str.lower()
+    out["kv_dtype"] = parsed[1].str.lower()
+
+
+def _add_engine_columns(res: pd.DataFrame) -> None:
+    """``gpu``, ``engine`` and ``tp`` from the hardware and framework labels."""
     hw = res["hardware"].astype(str).str.strip()
     unknown = sorted(set(hw) - set(ARGONNE_HARDWARE_TO_GPU))
     if unknown:
@@ -302,6 +329,9 @@ def load_argonne(
     res["engine"] = fw.map(_FRAMEWORK_TO_ENGINE)
     res["tp"] = np.where(res["engine"].isin(_TP_FRAMEWORKS), res["num_gpus"], np.nan)
 
+
+def _add_model_columns(res: pd.DataFrame, catalog: set[str] | None) -> None:
+    """``hf_model``, ``model_known`` and ``in_catalog`` from the model labels."""
     mapped = {m: argonne_model_to_hf(m, catalog) for m in res["model"].astype(str).unique()}
     res["hf_model"] = res["model"].astype(str).map(lambda m: mapped[m][0])
     res["model_known"] = res["model"].astype(str).map(lambda m: mapped[m][1]).astype(bool)
@@ -310,6 +340,9 @@ def load_argonne(
     else:
         res["in_catalog"] = pd.array(res["hf_model"].isin(catalog), dtype="boolean")
 
+
+def _add_derived_columns(res: pd.DataFrame) -> None:
+    """Throughput consistency check, output throughput and TPOT."""
     tokens = res["input_len"] + res["output_len"]
     expected = tokens * res["batch_size"] / res["latency_s"]
     consistent = np.isclose(res["throughput_tok_s"], expected, rtol=1e-6)
@@ -318,10 +351,3 @@ def load_argonne(
     res["output_throughput_tok_s"] = res["output_len"] * res["batch_size"] / res["latency_s"]
     with np.errstate(invalid="ignore", divide="ignore"):
         res["tpot_s"] = (res["latency_s"] - res["ttft_s"]) / (res["output_len"] - 1)
-
-    order = ["source", "hardware", "gpu", "framework", "engine", "model", "hf_model",
-             "model_known", "in_catalog", "num_gpus", "tp", "batch_size", "input_len",
-             "output_len", "weight_dtype", "kv_dtype", "latency_s", "throughput_tok_s",
-             "throughput_consistent", "output_throughput_tok_s", "ttft_s", "tpot_s",
-             "avg_power"]
-    return res[order]

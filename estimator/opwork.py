@@ -154,35 +154,18 @@ def op_work(df: pd.DataFrame, gpu: GPUSpec, tile: float = 128.0) -> OpWork:
 
     g = fam == "gemm"
     if g.any():
-        a, b, c = gemm_coeffs(_col(df, "n")[g], _col(df, "k")[g], ACT_BYTES, wbytes[g])
-        m = _col(df, "m")[g]
-        work[g], traffic[g], peak[g] = a * m, b * m + c, wpeak[g]
-        family[g] = K.F_GEMM
+        work[g], traffic[g] = _gemm_terms(df, g, wbytes[g])
+        peak[g], family[g] = wpeak[g], K.F_GEMM
 
     att = np.isin(fam, ("attention_prefill", "attention_decode"))
     if att.any():
-        kv_dtype = _str(df, "kv_dtype")[att]
-        kvb = np.array([DTYPE_BYTES.get(k, np.nan) if k else 2.0 for k in kv_dtype])
-        a, b, c = gqa_attention_coeffs(_col(df, "num_heads")[att], _col(df, "num_kv_heads")[att],
-                                       _col(df, "head_dim")[att], ACT_BYTES, kvb)
-        batch, q = _col(df, "batch_size")[att], _col(df, "query_len")[att]
-        window = np.nan_to_num(_col(df, "window_size")[att])
-        pairs, kv_read = _attention_counts(batch, q, _col(df, "kv_len")[att], window, tile)
-        work[att], traffic[att], peak[att] = a * pairs, b * kv_read + c * batch * q, act_peak
-        family[att] = K.F_ATTN
+        work[att], traffic[att] = _attention_terms(df, att, tile)
+        peak[att], family[att] = act_peak, K.F_ATTN
 
     moe = fam == "moe"
     if moe.any():
-        tp = np.nan_to_num(_col(df, "tp")[moe], nan=1.0)
-        ep = np.nan_to_num(_col(df, "ep")[moe], nan=1.0)
-        experts = _col(df, "num_experts")[moe]
-        h = _col(df, "hidden_size")[moe]
-        a, b, c = moe_coeffs(h, _col(df, "inter_size")[moe] / tp, ACT_BYTES, wbytes[moe])
-        assign, active = moe_routing(_col(df, "num_tokens")[moe], _col(df, "topk")[moe],
-                                     experts, experts / ep)
-        work[moe], traffic[moe], peak[moe] = a * assign, b * assign + c * active, wpeak[moe]
-        count[moe] = MOE_KERNELS
-        family[moe] = K.F_MOE
+        work[moe], traffic[moe] = _moe_terms(df, moe, wbytes[moe])
+        peak[moe], count[moe], family[moe] = wpeak[moe], MOE_KERNELS, K.F_MOE
 
     for code, name in ((1, "allreduce"), (2, "alltoall")):
         sel = fam == name
@@ -195,6 +178,37 @@ def op_work(df: pd.DataFrame, gpu: GPUSpec, tile: float = 128.0) -> OpWork:
     bad = family < 0
     work[bad] = np.nan
     return OpWork(work, traffic, count, family, phase_of(df), peak, comm, group, nbytes)
+
+
+def _gemm_terms(df: pd.DataFrame, g: np.ndarray, wbytes: np.ndarray):
+    """FLOPs and bytes of the GEMM rows ``g`` (``wbytes``: their weight bytes per element)."""
+    a, b, c = gemm_coeffs(_col(df, "n")[g], _col(df, "k")[g], ACT_BYTES, wbytes)
+    m = _col(df, "m")[g]
+    return a * m, b * m + c
+
+
+def _attention_terms(df: pd.DataFrame, att: np.ndarray, tile: float):
+    """FLOPs and bytes of the attention rows ``att`` under FlashAttention query tile ``tile``."""
+    kv_dtype = _str(df, "kv_dtype")[att]
+    kvb = np.array([DTYPE_BYTES.get(k, np.nan) if k else 2.0 for k in kv_dtype])
+    a, b, c = gqa_attention_coeffs(_col(df, "num_heads")[att], _col(df, "num_kv_heads")[att],
+                                   _col(df, "head_dim")[att], ACT_BYTES, kvb)
+    batch, q = _col(df, "batch_size")[att], _col(df, "query_len")[att]
+    window = np.nan_to_num(_col(df, "window_size")[att])
+    pairs, kv_read = _attention_counts(batch, q, _col(df, "kv_len")[att], window, tile)
+    return a * pairs, b * kv_read + c * batch * q
+
+
+def _moe_terms(df: pd.DataFrame, moe: np.ndarray, wbytes: np.ndarray):
+    """FLOPs and bytes of the MoE rows ``moe`` (uniform routing, ``ops.moe_routing``)."""
+    tp = np.nan_to_num(_col(df, "tp")[moe], nan=1.0)
+    ep = np.nan_to_num(_col(df, "ep")[moe], nan=1.0)
+    experts = _col(df, "num_experts")[moe]
+    h = _col(df, "hidden_size")[moe]
+    a, b, c = moe_coeffs(h, _col(df, "inter_size")[moe] / tp, ACT_BYTES, wbytes)
+    assign, active = moe_routing(_col(df, "num_tokens")[moe], _col(df, "topk")[moe],
+                                 experts, experts / ep)
+    return a * assign, b * assign + c * active
 
 
 def _profile_arrays(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -12,12 +12,27 @@ equivalently: the token demand :math:`\\lambda E[L_{out}]` equals the decode thr
 :math:`t_{step}(B)`. This is level 1 ("analytic") of the fidelity ladder in DESIGN.md; it
 assumes every output token costs one step at the mean batch (no preemption, no step-to-step
 variability, prefill interference accounted for elsewhere).
+
+Method
+------
+Let :math:`t_e(B) = t_{step}(\\max(B, b_{min}))` and :math:`h(B) = B / t_e(B)`. The
+fixed points are the solutions of :math:`h(B) = \\lambda E[L_{out}]`. As :math:`h(0) =
+0`, the smallest fixed point is the first upward crossing: ``h`` is scanned on a grid
+of ``n_grid`` points in :math:`(0, B_{max}]` (once, shared by all rates), the first
+grid cell where :math:`h \\ge \\lambda E[L_{out}]` brackets it, and vectorised bisection
+(60 halvings) refines it inside the bracket. Crossings narrower than a grid cell can only
+be missed if ``h`` is non-monotone there.
+
+Affine step time :math:`t_{step}(B) = a + bB` (with :math:`B \\ge b_{min}`) has the closed
+form :math:`B = \\lambda L a / (1 - \\lambda L b)`, feasible iff :math:`\\lambda L b < 1`
+and that :math:`B \\le B_{max}`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -96,21 +111,10 @@ def decode_fixed_point(
 
     Notes
     -----
-    Let :math:`t_e(B) = t_{step}(\\max(B, b_{min}))` and :math:`h(B) = B / t_e(B)`. The
-    fixed points are the solutions of :math:`h(B) = \\lambda E[L_{out}]`. As :math:`h(0) =
-    0`, the smallest fixed point is the first upward crossing: ``h`` is scanned on a grid
-    of ``n_grid`` points in :math:`(0, B_{max}]` (once, shared by all rates), the first
-    grid cell where :math:`h \\ge \\lambda E[L_{out}]` brackets it, and vectorised bisection
-    (60 halvings) refines it inside the bracket. Crossings narrower than a grid cell can only
-    be missed if ``h`` is non-monotone there.
-
+    Grid scan for the first upward crossing, then bisection (module docstring, "Method").
     If :math:`h(B) < \\lambda E[L_{out}]` on the whole grid (in particular
-    :math:`\\lambda E[L_{out}] t_{step}(B_{max}) > B_{max}`), the decode stage cannot keep up:
-    the result is ``batch = tpot = inf`` and ``feasible = False``, never a finite number.
-
-    Affine step time :math:`t_{step}(B) = a + bB` (with :math:`B \\ge b_{min}`) has the closed
-    form :math:`B = \\lambda L a / (1 - \\lambda L b)`, feasible iff :math:`\\lambda L b < 1`
-    and that :math:`B \\le B_{max}`.
+    :math:`\\lambda E[L_{out}] t_{step}(B_{max}) > B_{max}`), the decode stage cannot keep
+    up: the result is ``batch = tpot = inf`` and ``feasible = False``, never a finite number.
 
     Examples
     --------
@@ -118,11 +122,36 @@ def decode_fixed_point(
     >>> round(float(r.batch), 6), bool(r.feasible)
     (2.5, True)
     """
+    lam = _check_rates(arrival_rate)
+    mean_len = _mean_length(mean_output_len)
+    _check_batch_args(min_batch, max_batch, n_grid)
+    t_eff = partial(_effective_step, t_step, min_batch)
+    grid, h = _throughput_grid(t_eff, max_batch, n_grid)
+    demand = (lam * mean_len).ravel()
+    batch, feasible = _first_crossing(grid, h, demand, t_eff)
+    tpot = np.where(feasible, t_eff(np.where(feasible, batch, min_batch)), np.inf)
+    util = demand / float(h.max())
+    shape = lam.shape
+    return DecodeSteadyState(batch=batch.reshape(shape), tpot=tpot.reshape(shape),
+                             utilisation=util.reshape(shape), feasible=feasible.reshape(shape))
+
+
+def _check_rates(arrival_rate: ArrayLike) -> np.ndarray:
     lam = np.asarray(arrival_rate, dtype=np.float64)
     ok = np.isfinite(lam) & (lam >= 0)
     if not np.all(ok):
         raise ValueError(f"arrival_rate must be finite and >= 0, got {float(lam[~ok].flat[0])!r}")
-    mean_len = _mean_length(mean_output_len)
+    return lam
+
+
+def _effective_step(
+    t_step: Callable[[np.ndarray], ArrayLike], min_batch: float, b: np.ndarray
+) -> np.ndarray:
+    """:math:`t_e(B) = t_{step}(\\max(B, b_{min}))` as a float64 array shaped like ``b``."""
+    return np.asarray(t_step(np.maximum(b, min_batch)), dtype=np.float64).reshape(b.shape)
+
+
+def _check_batch_args(min_batch: float, max_batch: float, n_grid: int) -> None:
     if not (np.isfinite(min_batch) and min_batch >= 0):
         raise ValueError(f"min_batch must be finite and >= 0, got {min_batch!r}")
     if not (np.isfinite(max_batch) and max_batch > 0 and max_batch >= min_batch):
@@ -132,9 +161,11 @@ def decode_fixed_point(
     if n_grid < 2:
         raise ValueError(f"n_grid must be >= 2, got {n_grid!r}")
 
-    def t_eff(b: np.ndarray) -> np.ndarray:
-        return np.asarray(t_step(np.maximum(b, min_batch)), dtype=np.float64).reshape(b.shape)
 
+def _throughput_grid(
+    t_eff: Callable[[np.ndarray], np.ndarray], max_batch: float, n_grid: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The scan grid on (0, B_max] and the decode throughput ``h = B / t_eff(B)`` on it."""
     # grid on (0, B_max]: geometric near 0 (small batches), linear over the range
     geo = np.geomspace(max_batch * 1e-6, max_batch, n_grid // 2)
     lin = np.linspace(0.0, max_batch, n_grid - n_grid // 2 + 1)[1:]
@@ -146,10 +177,17 @@ def decode_fixed_point(
         raise ValueError(
             f"t_step must be finite and > 0 on (0, max_batch], got {tg[i]!r} at batch {grid[i]!r}"
         )
-    h = grid / tg
-    h_peak = float(h.max())
-    demand = (lam * mean_len).ravel()
+    return grid, grid / tg
 
+
+def _first_crossing(
+    grid: np.ndarray, h: np.ndarray, demand: np.ndarray,
+    t_eff: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest B with ``h(B) = demand`` (bracketed on the grid, then bisected), and feasibility.
+
+    ``batch`` is 0 where the demand is 0 and ``inf`` where ``h`` never reaches the demand.
+    """
     # first grid index with h >= demand (h need not be monotone: running max is)
     hmax = np.maximum.accumulate(h)
     idx = np.searchsorted(hmax, demand, side="left")
@@ -165,12 +203,4 @@ def decode_fixed_point(
         hi = np.where(below, hi, mid)
     batch = np.where(zero, 0.0, hi)
     batch = np.where(feasible, batch, np.inf)
-    tpot = np.where(feasible, t_eff(np.where(feasible, batch, min_batch)), np.inf)
-    util = demand / h_peak
-    shape = lam.shape
-    return DecodeSteadyState(
-        batch=batch.reshape(shape),
-        tpot=tpot.reshape(shape),
-        utilisation=util.reshape(shape),
-        feasible=feasible.reshape(shape),
-    )
+    return batch, feasible

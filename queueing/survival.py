@@ -126,16 +126,7 @@ def kaplan_meier(durations: ArrayLike, observed: ArrayLike | None = None) -> Kap
     ok = np.isfinite(d) & (d >= 0)
     if not np.all(ok):
         raise ValueError(f"durations must be finite and >= 0, got {float(d[~ok][0])!r}")
-    if observed is None:
-        e = np.ones(d.shape, dtype=bool)
-    else:
-        e = np.asarray(observed).ravel()
-        if e.shape != d.shape:
-            raise ValueError(f"observed must have the shape of durations {d.shape}, got {e.shape}")
-        if e.dtype != bool:
-            if not np.all(np.isin(e, (0, 1))):
-                raise ValueError(f"observed must be boolean (0/1), got values {np.unique(e)!r}")
-            e = e.astype(bool)
+    e = _event_flags(observed, d.shape)
     order = np.argsort(d, kind="stable")
     d, e = d[order], e[order]
     uniq, first = np.unique(d, return_index=True)
@@ -147,6 +138,20 @@ def kaplan_meier(durations: ArrayLike, observed: ArrayLike | None = None) -> Kap
     d_i = events_all[keep]
     surv = np.cumprod(1.0 - d_i / n_i)
     return KaplanMeier(times=times, survival=surv, n_at_risk=n_i, n_events=d_i)
+
+
+def _event_flags(observed: ArrayLike | None, shape: tuple[int, ...]) -> np.ndarray:
+    """``observed`` as a bool array of ``shape`` (all True when None); 0/1 values accepted."""
+    if observed is None:
+        return np.ones(shape, dtype=bool)
+    e = np.asarray(observed).ravel()
+    if e.shape != shape:
+        raise ValueError(f"observed must have the shape of durations {shape}, got {e.shape}")
+    if e.dtype != bool:
+        if not np.all(np.isin(e, (0, 1))):
+            raise ValueError(f"observed must be boolean (0/1), got values {np.unique(e)!r}")
+        e = e.astype(bool)
+    return e
 
 
 def empirical_survival(samples: ArrayLike, x: ArrayLike) -> np.ndarray:
@@ -447,17 +452,7 @@ def calibration_error(
     """
     a = _f64_1d("current_lengths", current_lengths)
     b = _f64_1d("target_lengths", target_lengths)
-    if callable(true_survival):
-
-        def sf(x: np.ndarray) -> np.ndarray:
-            return np.asarray(true_survival(x), dtype=np.float64)
-
-    else:
-        sample = np.asarray(true_survival, dtype=np.float64)
-
-        def sf(x: np.ndarray) -> np.ndarray:
-            return empirical_survival(sample, x)
-
+    sf = _survival_function(true_survival)
     aa, bb = np.meshgrid(a, b, indexing="ij")
     s_a = sf(aa.ravel()).reshape(aa.shape)
     s_b = sf(bb.ravel()).reshape(bb.shape)
@@ -474,3 +469,21 @@ def calibration_error(
         pred = np.asarray(estimator(aa.ravel(), bb.ravel()), dtype=np.float64).reshape(aa.shape)
     err = np.where(valid, np.abs(pred - truth), np.nan)
     return CalibrationError(mae=float(np.nanmean(err)), max_abs=float(np.nanmax(err)), surface=err)
+
+
+def _survival_function(
+    true_survival: Callable[[np.ndarray], ArrayLike] | ArrayLike,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """:math:`S(x)` as a float64 callable: the given one, or a sample's empirical survival."""
+    if callable(true_survival):
+
+        def sf(x: np.ndarray) -> np.ndarray:
+            return np.asarray(true_survival(x), dtype=np.float64)
+
+    else:
+        sample = np.asarray(true_survival, dtype=np.float64)
+
+        def sf(x: np.ndarray) -> np.ndarray:
+            return empirical_survival(sample, x)
+
+    return sf

@@ -1,0 +1,84 @@
+"""Which measurement rows each calibration fit uses (constants fit and corrector tables).
+
+Part of :mod:`serveplan.estimator.calibrate`, which re-exports the public names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .opwork import COMM_FAMILIES
+
+__all__ = ["DEFAULT_MOE_DISTRIBUTION", "MIN_ROWS", "select_training_rows"]
+
+#: Router distribution the MoE constants and correctors are fitted on: uniform, like the
+#: roofline's routing model (``ops.moe_routing``); skewed routing is a workload property
+#: the oracle does not model yet (the report shows its effect on the power-law rows).
+DEFAULT_MOE_DISTRIBUTION = "balanced"
+MIN_ROWS = 20  # fewest rows a family (or corrector table) is fitted on
+
+
+def _norm16(dtype: pd.Series) -> np.ndarray:
+    d = dtype.astype(str).to_numpy()
+    return np.where(d == "fp16", "bf16", d)
+
+
+def _main_kernel(df: pd.DataFrame) -> pd.Series:
+    """Whether each row ran its (family, dtype) group's most frequent kernel.
+
+    Frameworks dispatch several kernels for one op (FA3 and Triton attention in SGLang,
+    Triton and CUTLASS MoE in vLLM); the one measured most often is the default path. MoE
+    groups are per parallel layout too (tp, ep): vLLM picks the block-fp8 MoE kernel by
+    it (Triton for TP-sharded experts, FlashInfer CUTLASS under expert parallelism).
+    """
+    if "kernel" not in df.columns or not len(df):
+        return pd.Series(True, index=df.index)
+    key = df["op_family"].astype(str) + "|" + df["dtype"].astype(str)
+    if {"tp", "ep"} <= set(df.columns):
+        layout = "|" + df["tp"].astype(str) + "|" + df["ep"].astype(str)
+        key = key.where(df["op_family"].astype(str) != "moe", key + layout)
+    kern = df["kernel"].astype(str)
+    top = kern.groupby(key).agg(lambda s: s.value_counts().index[0])
+    return kern == key.map(top)
+
+
+def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.ndarray:
+    """Boolean mask of the rows a family fit (or one corrector table) uses.
+
+    ``select`` keys: ``dtype`` (GEMM / MoE weights; fp16 counts as bf16), ``kv_dtype``
+    (attention), ``phase`` (collectives: ``prefill`` eager / ``decode`` graph runs).
+    Attention uses full-attention rows (no sliding window); MoE the default router
+    distribution (:data:`DEFAULT_MOE_DISTRIBUTION`, when present); all-reduce the
+    framework's own kernel where measured, else NCCL.
+    """
+    fam = df["op_family"].astype(str).to_numpy()
+    mask = fam == family
+    if family not in COMM_FAMILIES:  # collectives: graph and eager runs are both wanted
+        mask &= _main_kernel(df).to_numpy()
+    if "dtype" in select:
+        mask &= _norm16(df["dtype"]) == select["dtype"]
+    if family.startswith("attention"):
+        window = pd.to_numeric(df.get("window_size"), errors="coerce")
+        mask &= np.nan_to_num(np.asarray(window, dtype=float)) == 0
+        if "kv_dtype" in select:
+            kv = _norm16(df["kv_dtype"].astype(str).replace("", "bf16"))
+            mask &= kv == select["kv_dtype"]
+    if family == "moe":
+        dist = df["moe_distribution"].astype(str).to_numpy()
+        if (mask & (dist == DEFAULT_MOE_DISTRIBUTION)).any():
+            mask &= dist == DEFAULT_MOE_DISTRIBUTION
+    if family in COMM_FAMILIES:
+        library = np.isin(df["engine"].astype(str).to_numpy(), ("nccl", "oneccl"))
+        own = mask & ~library
+        if own.any():  # the framework's own kernel (custom all-reduce)
+            mask = own
+            if "phase" in select:
+                graph = df["kernel"].astype(str).str.endswith("_graph").to_numpy()
+                mask &= graph == (select["phase"] == "decode")
+        else:
+            mask &= library
+            half = df["dtype"].astype(str).to_numpy() == "fp16"
+            if (mask & half).any():
+                mask &= half
+    return mask
