@@ -316,6 +316,33 @@ def _mark(label: str, s: dict) -> str:
     return "yes" if med_ok and p95_ok else "**no**"
 
 
+def _op_level_markdown(op_level: dict) -> list[str]:
+    """The op-level tables of the report."""
+    L = ["## Op level, held-out shapes", "",
+          "| GPU | family | rows | groups | (a) med | (a) p95 | (b) med | (b) p95 | "
+          "(c) med | (c) p95 | target met (c) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for gpu, g in op_level.items():
+        for label, e in g["families"].items():
+            L.append(f"| {gpu} | {label} | {e['c'].get('n', 0):,} | {e['groups']} | "
+                     f"{_pct(e['a'], 'median')} | {_pct(e['a'], 'p95')} | "
+                     f"{_pct(e['b'], 'median')} | {_pct(e['b'], 'p95')} | "
+                     f"{_pct(e['c'], 'median')} | {_pct(e['c'], 'p95')} | "
+                     f"{_mark(label, e['c'])} |")
+    L += ["", "### By shape range (held-out rows)", "",
+          "| GPU | family | feature | range | rows | (b) med | (b) p95 | (c) med | (c) p95 |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for gpu, g in op_level.items():
+        for label, e in g["families"].items():
+            if "not fitted" in label or "fp8" in label:
+                continue
+            for b in e["by_range"]["bins"]:
+                L.append(f"| {gpu} | {label} | {e['by_range']['feature']} | {b['range']} | "
+                         f"{b['c']['n']:,} | {_pct(b['b'], 'median')} | {_pct(b['b'], 'p95')} "
+                         f"| {_pct(b['c'], 'median')} | {_pct(b['c'], 'p95')} |")
+    return L
+
+
 def markdown(res: dict) -> str:
     L = ["# Cost-model accuracy against measurements", "",
          f"Command: `{res['command']}` ({res['date']}). Per-op data: AIConfigurator 0.12.0 "
@@ -328,28 +355,7 @@ def markdown(res: dict) -> str:
          "Targets (held-out, headline rows): GEMM / attention / MoE median ≤ 5 %, p95 ≤ 15 %; "
          "collectives median ≤ 10 %. fp8 and 'not fitted' rows are reported, not targeted.", ""]
     if "op_level" in res:
-        L += ["## Op level, held-out shapes", "",
-              "| GPU | family | rows | groups | (a) med | (a) p95 | (b) med | (b) p95 | "
-              "(c) med | (c) p95 | target met (c) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for gpu, g in res["op_level"].items():
-            for label, e in g["families"].items():
-                L.append(f"| {gpu} | {label} | {e['c'].get('n', 0):,} | {e['groups']} | "
-                         f"{_pct(e['a'], 'median')} | {_pct(e['a'], 'p95')} | "
-                         f"{_pct(e['b'], 'median')} | {_pct(e['b'], 'p95')} | "
-                         f"{_pct(e['c'], 'median')} | {_pct(e['c'], 'p95')} | "
-                         f"{_mark(label, e['c'])} |")
-        L += ["", "### By shape range (held-out rows)", "",
-              "| GPU | family | feature | range | rows | (b) med | (b) p95 | (c) med | (c) p95 |",
-              "|---|---|---|---|---|---|---|---|---|"]
-        for gpu, g in res["op_level"].items():
-            for label, e in g["families"].items():
-                if "not fitted" in label or "fp8" in label:
-                    continue
-                for b in e["by_range"]["bins"]:
-                    L.append(f"| {gpu} | {label} | {e['by_range']['feature']} | {b['range']} | "
-                             f"{b['c']['n']:,} | {_pct(b['b'], 'median')} | {_pct(b['b'], 'p95')} "
-                             f"| {_pct(b['c'], 'median')} | {_pct(b['c'], 'p95')} |")
+        L += _op_level_markdown(res["op_level"])
     if "transfer" in res:
         L += ["", "## Generalisation (shipped profiles on data they were not fitted on)", "",
               "| kind | fitted -> applied to | family | rows | (b) med | (b) p95 | (c) med | "
