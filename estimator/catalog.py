@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from .specs import GPUSpec, ModelSpec, SpecError
+from .specs import GPUSpec, ModelSpec, SpecError, read_text_file
 
 __all__ = ["CatalogError", "list_gpus", "list_models", "resolve_gpu", "resolve_model"]
 
@@ -82,13 +82,26 @@ def _unknown(kind: str, name: str, choices: list[str], shown: list[str]) -> Cata
     )
 
 
-def _read_json(path: Path) -> dict:
+def _read_text(path: Path, expected: str) -> str:
+    """The text of a user's spec file; :class:`CatalogError` naming it if it cannot be
+    read or is not text."""
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        return read_text_file(path, expected)
+    except SpecError as exc:
+        raise CatalogError(str(exc)) from None
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(_read_text(path, "a Hugging Face config.json"))
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json), "
+                           f"got {type(data).__name__}")
+    return data
 
 
 @lru_cache(maxsize=64)
@@ -132,7 +145,7 @@ def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
         if not path.exists():
             raise CatalogError(f"{path}: no such file")
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yaml.safe_load(_read_text(path, "a GPU YAML file"))
         except yaml.YAMLError as exc:
             raise CatalogError(f"{path}: not valid YAML ({exc})") from None
         if not isinstance(data, dict):

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .correctors import GridTable
-from .specs import SpecError
+from .specs import SpecError, read_text_file
 
 FAMILIES = ("gemm", "attention", "elementwise", "moe", "comm")
 MODULES = ("embedding", "norm", "attention", "mlp", "moe", "final_norm", "lm_head", "sampler")
@@ -166,12 +166,18 @@ def load_profile(gpu: str | None = None, path: str | Path | None = None) -> Prof
         return prof
     if path is not None:
         p = Path(path)
-        if not p.exists():
-            raise SpecError(f"{p}: no such profile file")
+        if not p.is_file():
+            raise SpecError(f"{p}: no such profile file" if not p.exists() else
+                            f"{p}: not a file (expected a calibration profile JSON)")
         try:
-            data = json.loads(p.read_text())
+            data = json.loads(read_text_file(p, "a calibration profile JSON"))
         except json.JSONDecodeError as exc:
             raise SpecError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except OSError as exc:
+            raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"{p}: expected a JSON object of profile fields, got "
+                            f"{type(data).__name__}")
         try:
             return Profile(**data)
         except ValidationError as exc:

@@ -8,6 +8,7 @@ Hugging Face ``config.json``; a :class:`GPUSpec` is one accelerator's peaks; a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,6 +30,51 @@ _TIED_BY_DEFAULT = ("opt", "gemma", "gemma2")
 
 class SpecError(ValueError):
     """A model / GPU / parallelism description that cannot be used."""
+
+
+# ----------------------------------------------------------------------------- input files
+TEXT_HEAD = 1 << 16
+"""Bytes of a file read to tell text from binary."""
+
+
+def not_text_message(path, problem: str, expected: str) -> str:
+    """``PATH is not a text file (problem); expected ...``: one wording for binary input."""
+    return f"{path} is not a text file ({problem}); expected {expected}"
+
+
+def decode_problem(exc: UnicodeDecodeError) -> str:
+    return f"byte {exc.start} is not UTF-8"
+
+
+def text_problem(head: bytes, *, whole: bool) -> str | None:
+    """Why the bytes ``head`` are not UTF-8 text (a NUL byte, an invalid byte), or None.
+
+    ``whole``: ``head`` is the whole file; otherwise a character cut at its end passes."""
+    nul = head.find(b"\x00")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if whole or exc.start < len(head) - 3:  # not a character cut by the read
+            nul = nul if 0 <= nul < exc.start else -1
+            return f"byte {nul} is NUL" if nul >= 0 else decode_problem(exc)
+    return f"byte {nul} is NUL" if nul >= 0 else None
+
+
+def file_text_problem(path) -> str | None:
+    """:func:`text_problem` of the first :data:`TEXT_HEAD` bytes of the file ``path``."""
+    with open(path, "rb") as f:
+        head = f.read(TEXT_HEAD)
+    return text_problem(head, whole=len(head) < TEXT_HEAD)
+
+
+def read_text_file(path, expected: str) -> str:
+    """The UTF-8 text of ``path``; :class:`SpecError` naming the file if it is binary
+    (``expected`` says what it should be, e.g. ``a Hugging Face config.json``)."""
+    data = Path(path).read_bytes()
+    problem = text_problem(data, whole=True)
+    if problem is not None:
+        raise SpecError(not_text_message(path, problem, expected))
+    return data.decode("utf-8")
 
 
 class ModelSpec(BaseModel):

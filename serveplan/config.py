@@ -50,10 +50,12 @@ valid. The deployment models live in :mod:`serveplan.pools_config` and are re-ex
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import yaml
 from pydantic import (
     AliasChoices,
@@ -65,6 +67,8 @@ from pydantic import (
 
 from serveplan.pools_config import (  # noqa: F401  (re-exported)
     DECODE_ROUTER_ALIASES,
+    MAX_REQUESTS,
+    MAX_TOKENS,
     AnyDeployment,
     DecodeRouterName,
     Deployment,
@@ -76,26 +80,44 @@ from serveplan.pools_config import (  # noqa: F401  (re-exported)
     Pool,
     PoolConfig,
     PoolsDeployment,
+    Requests,
     RouterName,
     SchedulerName,
     SibylConfig,
+    Tokens,
+    _error,
     _Frozen,
+    at_least,
+    at_most,
     parse_architecture,
     to_legacy,
     to_pools,
 )
 
-
 # ----------------------------------------------------------------------------- lengths
+MAX_SIGMA = 10.0
+"""Largest lognormal ``sigma``: its lengths from P0.1 to P99.9 already span 26 orders of
+magnitude (far larger ones overflow float64)."""
+Clients = Annotated[int, at_most(MAX_REQUESTS, "each client has a preallocated front-end "
+                                 "slot; more clients than a run's requests never all send")]
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Requests per second.")]
+Cv = Annotated[float, at_least(1e-3, "already constant gaps"), at_most(
+    1e3, "all but a few requests already arrive at once"), Field(
+    gt=0, description="Coefficient of variation of the gaps (gamma shape 1/cv^2).")]
+TokenCount = Annotated[float, at_least(1e-3, "tokens; any smaller center already gives "
+                                       "1-token lengths"), at_most(
+    MAX_TOKENS, "tokens, above the longest context of any model, 10M")]
+
+
 class FixedLength(_Frozen):
     dist: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: Tokens = Field(ge=1)
 
 
 class UniformLength(_Frozen):
     dist: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: Tokens = Field(ge=1)
+    high: Tokens = Field(ge=1)
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -108,10 +130,11 @@ class LogNormalLength(_Frozen):
     """Lognormal lengths: give ``mean`` (of the continuous variable) or ``median``."""
 
     dist: Literal["lognormal"]
-    mean: float | None = Field(None, gt=0)
-    median: float | None = Field(None, gt=0)
-    sigma: float = Field(gt=0)
-    max: int | None = Field(None, ge=1)
+    mean: TokenCount | None = Field(None, gt=0)
+    median: TokenCount | None = Field(None, gt=0)
+    sigma: Annotated[float, at_most(MAX_SIGMA, "lengths from P0.1 to P99.9 then span 26 "
+                                    "orders of magnitude")] = Field(gt=0)
+    max: Tokens | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _one_center(self):
@@ -141,7 +164,7 @@ class ShareGPTLength(_Frozen):
 
 LengthSpec = Annotated[FixedLength | UniformLength | LogNormalLength | TraceLength
                        | ShareGPTLength, Field(discriminator="dist")]
-Length = Annotated[int, Field(ge=1)] | LengthSpec
+Length = Annotated[Tokens, Field(ge=1)] | LengthSpec
 
 
 class PrefixConfig(_Frozen):
@@ -150,9 +173,9 @@ class PrefixConfig(_Frozen):
     ``prefix_prompt_length`` are accepted for them; ``vllm bench serve --random-prefix-len``
     is ``{random_prefix_len: L}`` (one prefix)."""
 
-    num_groups: int = Field(1, ge=1, validation_alias=AliasChoices(
+    num_groups: Requests = Field(1, ge=1, validation_alias=AliasChoices(
         "num_groups", "num_prefix_prompts"))
-    prefix_len: int = Field(ge=0, validation_alias=AliasChoices(
+    prefix_len: Tokens = Field(ge=0, validation_alias=AliasChoices(
         "prefix_len", "prefix_prompt_length", "random_prefix_len"))
 
 
@@ -160,7 +183,7 @@ class PrefixConfig(_Frozen):
 class _Client(_Frozen):
     """Client habits every workload has (:mod:`serveplan.sim.clients`)."""
 
-    warmup_request_count: int = Field(0, ge=0, description=(
+    warmup_request_count: Requests = Field(0, ge=0, description=(
         "aiperf --warmup-request-count: the first requests, left out of the statistics."))
     request_timeout_s: float | None = Field(None, gt=0, validation_alias=AliasChoices(
         "request_timeout_s", "request_timeout_seconds", "request_timeout"), description=(
@@ -179,7 +202,7 @@ class _Lengths(_Client):
     isl: Length = 1024
     osl: Length = 256
     prefix: PrefixConfig | None = None
-    num_dataset_entries: int | None = Field(None, ge=1, description=(
+    num_dataset_entries: Requests | None = Field(None, ge=1, description=(
         "aiperf --num-dataset-entries: draw this many prompts once and cycle through them."))
     dataset_sampling_strategy: Literal["sequential", "random", "shuffle"] = "sequential"
 
@@ -190,23 +213,23 @@ class _Lengths(_Client):
 
 
 class _Synthetic(_Lengths):
-    num_requests: int = Field(1000, ge=1)
+    num_requests: Requests = Field(1000, ge=1)
 
 
 class PoissonWorkload(_Synthetic):
     kind: Literal["poisson"]
-    rate: float = Field(gt=0, description="Requests per second.")
+    rate: Rate
 
 
 class GammaWorkload(_Synthetic):
     kind: Literal["gamma"]
-    rate: float = Field(gt=0)
-    cv: float = Field(1.0, gt=0, description="Coefficient of variation of the gaps.")
+    rate: Rate
+    cv: Cv = 1.0
 
 
 class ConstantWorkload(_Synthetic):
     kind: Literal["constant"]
-    rate: float = Field(gt=0)
+    rate: Rate
 
 
 class ClosedLoopWorkload(_Synthetic):
@@ -215,7 +238,7 @@ class ClosedLoopWorkload(_Synthetic):
     jitter of mean ``think_time_jitter_s``."""
 
     kind: Literal["closed-loop"]
-    concurrency: int = Field(ge=1)
+    concurrency: Clients = Field(ge=1)
     think_time_s: float = Field(0.0, ge=0)
     think_time_jitter_s: float = Field(0.0, ge=0)
 
@@ -228,9 +251,11 @@ class VllmBenchWorkload(_Synthetic):
     kind: Literal["vllm-bench-serve"]
     rate: float = Field(float("inf"), gt=0, validation_alias=AliasChoices(
         "rate", "request_rate"), description="--request-rate (requests/s).")
-    burstiness: float = Field(1.0, gt=0)
-    max_concurrency: int | None = Field(None, ge=1)
-    num_requests: int = Field(1000, ge=1, validation_alias=AliasChoices(
+    burstiness: Annotated[float, at_least(1e-6, "gamma shape of the gaps; 1e-6 already "
+                                          "sends all but a few at once"), at_most(
+        1e6, "gamma shape of the gaps; 1e6 is already constant")] = Field(1.0, gt=0)
+    max_concurrency: Clients | None = Field(None, ge=1)
+    num_requests: Requests = Field(1000, ge=1, validation_alias=AliasChoices(
         "num_requests", "num_prompts"))
 
     @field_serializer("rate", "burstiness", when_used="json")
@@ -253,6 +278,15 @@ class InferencePerfWorkload(_Lengths):
     stages: list[InferencePerfStage] = Field(min_length=1)
     interval: float = Field(1.0, ge=0)
 
+    @model_validator(mode="after")
+    def _requests_bounded(self):
+        total = sum(s.rate * s.duration for s in self.stages)
+        if not total <= MAX_REQUESTS:  # (a product may overflow to inf)
+            raise ValueError(f"stages send sum(rate x duration) = {total:,.4g} requests; at "
+                             f"most {MAX_REQUESTS:,} (the simulator keeps ~300 bytes per "
+                             "request)")
+        return self
+
 
 class TraceWorkload(_Client):
     """Requests read from a trace (Azure CSV, Mooncake JSONL, Vidur CSV).
@@ -267,10 +301,10 @@ class TraceWorkload(_Client):
     kind: Literal["trace"]
     path: str
     arrival: Literal["trace", "poisson", "gamma", "constant"] = "trace"
-    rate: float | None = Field(None, gt=0)
-    cv: float = Field(1.0, gt=0)
+    rate: Rate | None = None
+    cv: Cv = 1.0
     time_scale: float = Field(1.0, gt=0)
-    num_requests: int | None = Field(None, ge=1)
+    num_requests: Requests | None = Field(None, ge=1)
     repeat: bool = False
     skip_bad_lines: bool = False
 
@@ -303,6 +337,41 @@ class SLO(_Frozen):
     attainment: float | None = Field(None, gt=0, le=1)
 
 
+MAX_SPAN_S = 1e8
+"""Longest time a simulated run may span (s, about 3 years). Times are float64 seconds,
+which resolve latencies to ~15 ns at 1e8 s but not at all near 1e300 s (``--rate 1e-300``
+would print 0 ms latencies)."""
+
+
+def arrival_span(w) -> tuple[str, float] | None:
+    """``(field, seconds)``: about how long the workload ``w`` sends requests for, and the
+    field that sets it; None where only the trace file knows."""
+    if isinstance(w, ClosedLoopWorkload):
+        rounds = math.ceil(w.num_requests / w.concurrency)
+        return "think_time_s", rounds * (w.think_time_s + w.think_time_jitter_s)
+    if isinstance(w, InferencePerfWorkload):
+        return "stages", sum(s.duration for s in w.stages) + w.interval * (len(w.stages) - 1)
+    n = getattr(w, "num_requests", None)
+    if w.rate is None or n is None or getattr(w, "arrival", None) == "trace":
+        return None
+    return "rate", n / w.rate
+
+
+def check_arrivals(arrival_s, workload) -> None:
+    """``ValueError`` naming the field that set them if drawn arrival times span more than
+    :data:`MAX_SPAN_S` (as :class:`SimulationConfig` checks before the draw, for what only a
+    trace file knows: its timestamps divided by ``time_scale``)."""
+    t = np.asarray(arrival_s, dtype=np.float64)
+    t = t[~np.isnan(t)]  # (a closed loop's later requests have no arrival yet)
+    span = float(t.max() - min(float(t.min()), 0.0)) if t.size else 0.0
+    if not span <= MAX_SPAN_S:
+        replay = getattr(workload, "arrival", None) == "trace" and workload.rate is None
+        field = "time_scale" if replay else "rate"
+        raise ValueError(f"workload.{field}: the requests arrive over {span:.3g} s, more than "
+                         f"{MAX_SPAN_S:g} s (about 3 years), where float64 seconds no longer "
+                         "resolve latencies")
+
+
 class SimulationConfig(_Frozen):
     """Everything ``serveplan simulate`` needs."""
 
@@ -310,12 +379,99 @@ class SimulationConfig(_Frozen):
     workload: Workload
     slo: SLO | None = None
     seed: int = Field(0, ge=0)
-    record_steps: int = Field(1 << 16, ge=2, description="Step time-series capacity.")
+    record_steps: Annotated[int, at_most(1 << 20, "steps; longer runs are decimated, so more "
+                                         "only costs memory")] = Field(
+        1 << 16, ge=2, description="Step time-series capacity.")
 
     @field_validator("deployment", mode="wrap")
     @classmethod
     def _architecture(cls, v, handler):
         return parse_architecture(v) if isinstance(v, dict) else handler(v)
+
+    @model_validator(mode="after")
+    def _span(self):
+        """A run longer than :data:`MAX_SPAN_S` is refused: its latencies would be noise."""
+        found = arrival_span(self.workload)
+        if found is not None and not found[1] <= MAX_SPAN_S:
+            name, span = found
+            w = self.workload
+            what = (f"num_requests / rate = {w.num_requests:,} / {w.rate:.4g} req/s"
+                    if name == "rate" else "its rounds of think time"
+                    if name == "think_time_s" else "its stages")
+            raise _error("SimulationConfig", ("workload", name),
+                         f"the run would span {what} = {span:.3g} s, more than "
+                         f"{MAX_SPAN_S:g} s (about 3 years), where float64 seconds no longer "
+                         "resolve latencies", getattr(self.workload, name))
+        return self
+
+
+# ----------------------------------------------------------------------------- run size
+MAX_SIM_BYTES = 1 << 30
+"""Most memory the event simulator may preallocate for one run. Each field's bound keeps
+it small alone, but the arrays are products (instances x KV blocks, instances x slots x
+blocks per request, instances x requests): the run as a whole is checked too."""
+GIB = float(1 << 30)
+
+
+def simulator_bytes(pools, prompt, output, *, prefill_hold: int | None = None) -> dict:
+    """Bytes the event simulator preallocates for a run, by part (``kv``, ``slots``,
+    ``requests``), as ``sim/loop_api.py:_build_world`` lays it out: every instance gets a KV
+    block pool as wide as the largest (20 B per block, 12 B per slot of a hash table of the
+    next power of two above twice the blocks), request slots as many as the largest (a
+    block table of the longest request's blocks at 4 B each, ~48 B more) and a waiting
+    queue (4 B per request; decode instances: per slot); each request ~300 B.
+
+    ``pools``: ``(params, num_instances, role)`` with the simulator's engine ``params``
+    (``num_gpu_blocks``, ``max_num_seqs``, ``block_size``, ``max_model_len``).
+    """
+    n_inst, width, slots, longest, n, queue = _layout(pools, prompt, output, prefill_hold)
+    table = 1 << max(4, math.ceil(math.log2(2 * width + 1)))
+    return {"kv": n_inst * (20 * width + 12 * table), "slots": n_inst * slots * (4 * longest + 48),
+            "requests": n_inst * 4 * queue + 300 * n}
+
+
+def _layout(pools, prompt, output, prefill_hold: int | None) -> tuple[int, ...]:
+    """``(instances, widest KV pool, most slots, longest request in blocks, requests, longest
+    queue)`` of a run (:func:`simulator_bytes`)."""
+    prompt, output = np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64)
+    n = int(prompt.size)
+    hold = 256 if prefill_hold is None else int(prefill_hold)
+    roles = [getattr(role, "name", str(role)).lower() for _, _, role in pools]
+    params = [p for p, _, _ in pools]
+    longest = 1
+    for p in params:
+        live = prompt < p.max_model_len
+        if live.any():
+            tokens = int(np.minimum(prompt + output, p.max_model_len)[live].max())
+            longest = max(longest, min(-(-tokens // int(p.block_size)), int(p.num_gpu_blocks)))
+    return (sum(int(k) for _, k, _ in pools), max(int(p.num_gpu_blocks) for p in params),
+            max(int(p.max_num_seqs) + (hold if r == "prefill" else 0)
+                for p, r in zip(params, roles, strict=True)),
+            longest, n, max((int(p.max_num_seqs) if r == "decode" else n) + 1
+                            for p, r in zip(params, roles, strict=True)))
+
+
+def check_simulator_memory(pools, prompt, output, *, prefill_hold: int | None = None) -> None:
+    """``ValueError`` naming what to lower if a run would preallocate more than
+    :data:`MAX_SIM_BYTES` (:func:`simulator_bytes`)."""
+    parts = simulator_bytes(pools, prompt, output, prefill_hold=prefill_hold)
+    total = sum(parts.values())
+    if total <= MAX_SIM_BYTES:
+        return
+    n_inst, width, slots, longest, n, _ = _layout(pools, prompt, output, prefill_hold)
+    worst = max(parts, key=parts.get)
+    field, advice = {
+        "kv": ("deployment", "fewer instances (count, num_instances), fewer KV blocks "
+                             "(num_gpu_blocks, gpu_memory_utilization) or a larger block_size"),
+        "slots": ("deployment", "a smaller max_num_seqs, max_model_len or fewer instances"),
+        "requests": ("workload.num_requests", "fewer requests or instances"),
+    }[worst]
+    raise ValueError(
+        f"{field}: the simulator would preallocate {total / GIB:.1f} GiB for this run, more "
+        f"than {MAX_SIM_BYTES / GIB:g} GiB: {n_inst:,} instances x {width:,} KV blocks "
+        f"({parts['kv'] / GIB:.2f} GiB), x {slots:,} request slots of {longest:,} blocks "
+        f"({parts['slots'] / GIB:.2f} GiB), x {n:,} requests ({parts['requests'] / GIB:.2f} "
+        f"GiB); give {advice}")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -389,21 +545,32 @@ def switch_workload_kind(workload: dict, kind: str) -> dict:
 def set_path(data: dict | list, dotted: str, value: Any) -> dict | list:
     """Copy of ``data`` with ``value`` at ``a.b.c`` (intermediate mappings created).
 
-    A numeric part indexes a list: ``deployment.pools.1.max_num_seqs``.
+    A numeric part indexes a list: ``deployment.pools.1.max_num_seqs``. A path through a
+    value that is neither a mapping nor a list (``workload.rate`` under ``workload: 1``) is
+    a ``ValueError`` naming it: the value would otherwise be silently replaced.
     """
+    return _set_path(data, dotted, value, "")
+
+
+def _set_path(data, dotted: str, value, done: str):
     head, _, rest = dotted.partition(".")
     if isinstance(data, list):
         if not head.lstrip("-").isdigit() or not -len(data) <= int(head) < len(data):
-            raise ValueError(f"{dotted}: {head!r} is not an index of a list of {len(data)}")
+            raise ValueError(f"{done}{dotted}: {head!r} is not an index of a list of "
+                             f"{len(data)}")
         out, key = list(data), int(head)
         inner = out[key]
     else:
         out, key = dict(data), head
         inner = out.get(head)
-    if rest:
-        out[key] = set_path(inner if isinstance(inner, (dict, list)) else {}, rest, value)
-    else:
+    if not rest:
         out[key] = value
+    elif inner is None or isinstance(inner, (dict, list)):
+        out[key] = _set_path(inner if inner is not None else {}, rest, value, f"{done}{head}.")
+    else:
+        shown = repr(inner) if len(repr(inner)) <= 40 else repr(inner)[:37] + "..."
+        raise ValueError(f"{done}{dotted}: {done}{head} is {type(inner).__name__} {shown}, "
+                         f"not a mapping of fields, so it has no field {rest.split('.')[0]!r}")
     return out
 
 

@@ -68,18 +68,29 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from serveplan.config import SLO, Deployment, Workload
+from serveplan.config import (
+    SLO,
+    Deployment,
+    Workload,
+    check_simulator_memory,
+    simulator_bytes,
+)
 from serveplan.deployments import PDDeployment, parse_deployment, strategy_name
 from serveplan.fidelity import PreparedDeployment, resolve_fidelity
 from serveplan.goodput_result import GoodputResult, RateCheck
 from serveplan.goodput_stats import Interval, attainment_interval, quantile_interval
+from serveplan.pools_config import Requests, at_most
 from serveplan.queueing.analytic import max_rate
 from serveplan.sim.summary import meets_goals
+
+MAX_SEEDS = 1000
+"""Most replications per rate (``seeds``)."""
+Seeds = Annotated[int, at_most(MAX_SEEDS, "replications per rate, each a whole simulated run")]
 
 __all__ = ["GoodputConfig", "GoodputOptions", "GoodputResult", "Interval", "RateCheck",
            "analytic_goodput", "attainment_interval", "check_rate", "constraints",
@@ -379,11 +390,11 @@ class GoodputOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     fidelity: Literal["auto", "analytic", "request", "iteration"] = "auto"
-    seeds: int = Field(3, ge=1, description="Replications, seeds seed .. seed + seeds - 1.")
+    seeds: Seeds = Field(3, ge=1, description="Replications, seeds seed .. seed + seeds - 1.")
     confidence: float = Field(0.95, gt=0, lt=1)
     rtol: float = Field(0.02, gt=0, lt=1)
     warmup: float = Field(0.1, ge=0, lt=1)
-    num_requests: int | None = Field(None, ge=10)
+    num_requests: Requests | None = Field(None, ge=10)
     tau: float = Field(2.5, gt=0, description="BestServe's pseudo-batch scalar (request level).")
 
 
@@ -418,11 +429,34 @@ class GoodputConfig(BaseModel):
         return tuple(range(self.seed, self.seed + self.goodput.seeds))
 
 
+def simulator_size(prep: PreparedDeployment, fidelity: str) -> float:
+    """Bytes the event simulator preallocates for one run of ``prep`` at ``fidelity``
+    (:func:`serveplan.config.simulator_bytes`; 0 below the iteration level)."""
+    if resolve_fidelity(fidelity, prep.deployment) != "iteration":
+        return 0.0
+    pools, prompt, output, hold = _sim_layout(prep)
+    return float(sum(simulator_bytes(pools, prompt, output, prefill_hold=hold).values()))
+
+
+def _sim_layout(prep: PreparedDeployment) -> tuple:
+    """``(pools, prompt, output, prefill_hold)`` of one run of ``prep``."""
+    d = prep.deployment
+    pools = ([(prep.prefill.params, d.prefill.num_instances, "prefill"),
+              (prep.decode.params, d.decode.num_instances, "decode")] if prep.is_pd
+             else [(prep.prefill.params, d.num_instances, "colocated")])
+    req = prep.unit_requests(prep.seeds[0])
+    return pools, req.prompt_len, req.output_len, getattr(d, "prefill_hold", None)
+
+
 def run_goodput(cfg: GoodputConfig) -> GoodputResult:
-    """Prepare the deployment and find its goodput as ``cfg`` says."""
+    """Prepare the deployment and find its goodput as ``cfg`` says (a run too large for
+    memory is refused first, :func:`serveplan.config.check_simulator_memory`)."""
     o = cfg.goodput
     prep = PreparedDeployment(cfg.deployment, cfg.workload, seeds=cfg.seeds,
                               num_requests=o.num_requests, tau=o.tau)
+    if resolve_fidelity(o.fidelity, prep.deployment) == "iteration":
+        pools, prompt, output, hold = _sim_layout(prep)
+        check_simulator_memory(pools, prompt, output, prefill_hold=hold)
     g = find_goodput(prep, cfg.slo, fidelity=o.fidelity, seeds=cfg.seeds,
                      confidence=o.confidence, rtol=o.rtol, warmup=o.warmup)
     return replace(g, attrs={"config": cfg.model_dump_json(), "strategy":

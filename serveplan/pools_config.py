@@ -32,7 +32,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
@@ -56,30 +63,88 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# ----------------------------------------------------------------------------- upper bounds
+# The simulator preallocates its state from these values (per instance, per request slot,
+# per KV block, per request), so each has an upper bound far above real use and far below
+# an allocation of GiBs; the error says why. (Measured on Llama-3.1-8B / H100: ~1.4 MiB
+# per instance, ~300 bytes per request.)
+MAX_GPUS = 1024
+"""GPUs of one instance (tp, pp, ep, dp) and the budget of ``serveplan search``."""
+MAX_INSTANCES = 1024
+"""Instances of one pool (``count`` / ``num_instances``)."""
+MAX_SEQS = 16384
+"""Requests an instance runs at once (``max_num_seqs``, ``prefill_hold``)."""
+MAX_TOKENS = 1 << 24
+"""Tokens of one request or one step (lengths, ``max_model_len``, token budgets)."""
+MAX_BLOCKS = 1 << 22
+"""KV blocks of one instance (``num_gpu_blocks``)."""
+MAX_REQUESTS = 1 << 20
+"""Requests of one run (``num_requests``, clients of a closed loop)."""
+
+
+def at_most(limit: int, why: str) -> AfterValidator:
+    """Validator of an upper bound whose error gives the bound and why (the field comes
+    from the error's location, :mod:`serveplan.errors`)."""
+
+    def check(value):
+        if value is not None and value > limit:
+            raise ValueError(f"must be at most {limit:,} ({why}), got {value:,}")
+        return value
+
+    return AfterValidator(check)
+
+
+def at_least(limit: float, why: str) -> AfterValidator:
+    """Validator of a lower bound (above a ``gt=0``) whose error gives the bound and why."""
+
+    def check(value):
+        if value is not None and value < limit:
+            raise ValueError(f"must be at least {limit:g} ({why}), got {value:g}")
+        return value
+
+    return AfterValidator(check)
+
+
+Gpus = Annotated[int, at_most(MAX_GPUS, "GPUs; serveplan plans up to 1,024")]
+Instances = Annotated[int, at_most(MAX_INSTANCES, "the simulator preallocates each "
+                                   "instance's KV block tables, ~1.4 MiB for an 8B model on "
+                                   "an H100")]
+Seqs = Annotated[int, at_most(MAX_SEQS, "each request slot preallocates a block table; no "
+                              "engine runs more requests at once")]
+Tokens = Annotated[int, at_most(MAX_TOKENS, "tokens, above the longest context of any model, "
+                                "10M")]
+Blocks = Annotated[int, at_most(MAX_BLOCKS, "blocks are preallocated per instance, ~70 bytes "
+                                "each; 4M blocks of 16 tokens outsize any GPU's memory")]
+Requests = Annotated[int, at_most(MAX_REQUESTS, "the simulator keeps ~300 bytes per request; "
+                                  "runs of up to a million requests")]
+SchedulerSteps = Annotated[int, at_most(1024, "decode steps per scheduling round; vLLM's "
+                                        "multi-step scheduling used 8 to 16")]
+
+
 # ----------------------------------------------------------------------------- instances
 class EngineConfig(_Frozen):
     """vLLM engine knobs (names and defaults as ``vllm serve``)."""
 
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int | None = Field(
+    max_num_seqs: Seqs = Field(256, ge=1)
+    max_num_batched_tokens: Tokens | None = Field(
         None, ge=1, description="Token budget per step. Default: 8192 with chunked prefill, "
         "else max(max_model_len, 2048) as vLLM.")
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
-    block_size: int | None = Field(None, ge=1, description="Default 16 (64 for MLA models).")
+    block_size: Tokens | None = Field(None, ge=1, description="Default 16 (64 for MLA models).")
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = Field(0, ge=0)
-    num_gpu_blocks: int | None = Field(
+    long_prefill_token_threshold: Tokens = Field(0, ge=0)
+    num_gpu_blocks: Blocks | None = Field(
         None, ge=2, description="Override the memory planner (vLLM num_gpu_blocks_override; "
         "one block is vLLM's null block).")
-    max_model_len: int | None = Field(None, ge=2, description="Default: the model's context.")
+    max_model_len: Tokens | None = Field(None, ge=2, description="Default: the model's context.")
     watermark: float | None = Field(
         None, ge=0.0, lt=1.0, description="Fraction of blocks kept free when admitting; "
         "default 0 (vLLM v1), 0.01 for prefill-priority (vLLM v0).")
     async_scheduling: bool | None = Field(
         None, description="Schedule the next step while this one runs (vLLM "
         "--async-scheduling, SGLang/TRT-LLM overlap scheduler). Default: the engine's.")
-    num_scheduler_steps: int | None = Field(
+    num_scheduler_steps: SchedulerSteps | None = Field(
         None, ge=1, description="vLLM <= 0.6 multi-step decoding (--num-scheduler-steps).")
     enable_mixed_chunk: bool | None = Field(None, description="SGLang --enable-mixed-chunk.")
     new_token_ratio: float | None = Field(
@@ -100,10 +165,10 @@ class InstanceConfig(EngineConfig):
 
     model: str = Field(description="Catalog name or HF config.json path.")
     gpu: str = Field(description="Catalog name or GPU YAML path.")
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    dp: int = Field(1, ge=1)
+    tp: Gpus = Field(1, ge=1)
+    pp: Gpus = Field(1, ge=1)
+    ep: Gpus = Field(1, ge=1)
+    dp: Gpus = Field(1, ge=1)
     dtype: DTypeName | None = None
     kv_dtype: DTypeName | None = None
     cuda_graph: bool = True
@@ -144,7 +209,7 @@ class Deployment(InstanceConfig):
     """Colocated deployment: ``num_instances`` identical instances behind a router."""
 
     architecture: Literal["colocated"] = "colocated"
-    num_instances: int = Field(1, ge=1)
+    num_instances: Instances = Field(1, ge=1)
     router: RouterName = "round-robin"
 
     def to_pools(self) -> PoolsDeployment:
@@ -154,7 +219,7 @@ class Deployment(InstanceConfig):
 class Pool(InstanceConfig):
     """``num_instances`` identical instances of one role (a PD pool)."""
 
-    num_instances: int = Field(1, ge=1)
+    num_instances: Instances = Field(1, ge=1)
 
 
 class FittedThroughputConfig(_Frozen):
@@ -174,11 +239,12 @@ class FittedThroughputConfig(_Frozen):
 class SibylConfig(_Frozen):
     """SIBYL router settings (``papers/sibyl.txt`` §4.2)."""
 
-    delta: float = Field(128.0, gt=0, description="Survival bucket step (tokens).")
+    delta: float = Field(128.0, ge=1, le=MAX_TOKENS, description="Survival bucket step "
+                         "(tokens; outputs are whole tokens, so at least 1).")
     alpha: float = Field(0.99, gt=0, lt=1, description="EMA weight of the old value (Eq. 4).")
-    max_length: int | None = Field(None, ge=1, description="Longest output resolved; "
+    max_length: Tokens | None = Field(None, ge=1, description="Longest output resolved; "
                                    "default: the decode pool's max_model_len.")
-    pending_capacity: int | None = Field(None, ge=1, description="Pending slots per decode "
+    pending_capacity: Requests | None = Field(None, ge=1, description="Pending slots per decode "
                                          "instance (default max(256, 8 n / n_decode)).")
 
 
@@ -188,11 +254,14 @@ class _Boundary(_Frozen):
     assignment: Literal["early", "late"] = "early"
     layerwise_transfer: bool = False
     placement: Literal["packed", "separate"] = "packed"
-    kv_link_bw: float | None = Field(None, gt=0)
-    kv_link_latency_s: float | None = Field(None, ge=0)
+    kv_link_bw: Annotated[float, at_least(1e6, "bytes/s; a KV cache of a few hundred MB "
+                                          "then takes minutes per request")] | None = Field(
+        None, gt=0, allow_inf_nan=False)
+    kv_link_latency_s: Annotated[float, at_most(60, "seconds; links start a transfer within "
+                                                "microseconds")] | None = Field(None, ge=0)
     kv_connector: str = "NixlConnector"
     prefill_stage: Literal["engine", "delay"] = "engine"
-    prefill_hold: int | None = Field(None, ge=0, description="Finished prefills whose KV an "
+    prefill_hold: Seqs | None = Field(None, ge=0, description="Finished prefills whose KV an "
                                      "instance holds before admitting fewer (default 256).")
     decode_cost: Literal["oracle"] | FittedThroughputConfig = "oracle"
     sibyl: SibylConfig = SibylConfig()
@@ -260,7 +329,7 @@ class PoolConfig(InstanceConfig):
     """``count`` identical instances with one ``role`` (``num_instances`` is an alias)."""
 
     role: RoleName
-    count: int = Field(1, ge=1, description="Instances in the pool.")
+    count: Instances = Field(1, ge=1, description="Instances in the pool.")
 
     @model_validator(mode="before")
     @classmethod

@@ -47,18 +47,26 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from serveplan.config import SLO, Deployment, Length
+from serveplan.config import MAX_SIM_BYTES, SLO, Cv, Deployment, Length
 from serveplan.deployments import PDDeployment, Pool, gpus, strategy_name
+from serveplan.estimator.catalog import resolve_gpu, resolve_model
 from serveplan.estimator.specs import SpecError
 from serveplan.fidelity import PreparedDeployment, Workspace, resolve_fidelity
-from serveplan.goodput import analytic_goodput, find_goodput
+from serveplan.goodput import Seeds, analytic_goodput, find_goodput, simulator_size
+from serveplan.pools_config import MAX_GPUS, Gpus, Requests, Seqs, Tokens, _error
 from serveplan.search_report import search_table
 
-__all__ = ["SearchSpec", "enumerate_strategies", "run_search", "search_table"]
+__all__ = ["SearchSpec", "count_strategies", "enumerate_strategies", "run_search",
+           "search_table"]
 
 BOUND_SLACK = 1.1
+MAX_STRATEGIES = 20_000
+"""Most strategies a search enumerates. The ``ypzd`` space grows as the square of the GPU
+budget (every prefill count times every decode count that fits, per TP pair; even the
+non-dominated ratios are ~61% of it), and each strategy is a few ms at the analytic level
+alone: 20,000 is about a minute (--gpus 128 over TP 1,2,4,8 is 48,000)."""
 
 
 class SearchSpec(BaseModel):
@@ -68,27 +76,27 @@ class SearchSpec(BaseModel):
 
     model: str
     gpu: str
-    gpus: int = Field(ge=1, description="GPU budget.")
+    gpus: Gpus = Field(ge=1, description="GPU budget.")
     isl: Length = 2048
     osl: Length = 256
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
-    cv: float = Field(1.0, gt=0)
+    cv: Cv = 1.0
     slo: SLO = SLO(ttft_ms=1500, tpot_ms=70)
     tp: tuple[int, ...] = (1, 2, 4, 8)
-    pp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
+    pp: Gpus = Field(1, ge=1)
+    ep: Gpus = Field(1, ge=1)
     architectures: tuple[Literal["colocated", "pd"], ...] = ("colocated", "pd")
     same_tp: bool = Field(False, description="PD: prefill and decode use the same TP.")
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_num_seqs: Seqs = Field(256, ge=1)
+    max_num_batched_tokens: Tokens | None = Field(None, ge=1)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=2, description="Default: next power of 2 "
+    max_model_len: Tokens | None = Field(None, ge=2, description="Default: next power of 2 "
                                       "above the longest request, at least 4096.")
     scheduler: Literal["vllm-v1", "sglang", "prefill-priority"] = "vllm-v1"
     dtype: Literal["bf16", "fp16", "fp8"] | None = None
     fidelity: Literal["auto", "analytic", "request", "iteration"] = "auto"
-    num_requests: int = Field(2000, ge=10)
-    seeds: int = Field(2, ge=1)
+    num_requests: Requests = Field(2000, ge=10)
+    seeds: Seeds = Field(2, ge=1)
     seed: int = Field(0, ge=0)
     confidence: float = Field(0.95, gt=0, lt=1)
     rtol: float = Field(0.05, gt=0, lt=1)
@@ -99,7 +107,23 @@ class SearchSpec(BaseModel):
     def _check(self):
         if not self.tp or any(t < 1 for t in self.tp):
             raise ValueError(f"tp must list sizes >= 1, got {self.tp!r}")
+        if max(self.tp) > MAX_GPUS:
+            raise _error("SearchSpec", ("tp",), f"sizes must be at most {MAX_GPUS:,} (GPUs "
+                         f"of one instance), got {max(self.tp):,}", max(self.tp))
+        n = count_strategies(self, stop=MAX_STRATEGIES)
+        if n > MAX_STRATEGIES:
+            sizes = ",".join(map(str, self.tp[:8])) + (",..." if len(self.tp) > 8 else "")
+            raise _error("SearchSpec", ("gpus",), f"{self.gpus:,} GPUs over TP {sizes} "
+                         f"({'+'.join(self.architectures)}) make "
+                         f"more than {MAX_STRATEGIES:,} strategies (the ypzd space grows as "
+                         "gpus squared, a few ms each): give fewer GPUs, larger --tp sizes "
+                         "only, --same-tp or --arch colocated", self.gpus)
         return self
+
+    @field_validator("tp")
+    @classmethod
+    def _distinct(cls, tp: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(tp))  # a size given twice would list strategies twice
 
     def workload(self) -> dict:
         return {"kind": self.arrival, "rate": 1.0, "num_requests": self.num_requests,
@@ -135,6 +159,34 @@ def _max_len(spec) -> int:
     return int(mean * 8)
 
 
+def _pd_counts(spec: SearchSpec):
+    """``(tp_p, tp_d, y, z_max)``: per TP pair and prefill count ``y``, decode counts
+    ``1..z_max`` fit the budget (step 1; rows with ``z_max < 1`` are left out)."""
+    g, per = spec.gpus, {t: t * spec.pp for t in spec.tp}
+    for tp_p in spec.tp:
+        for tp_d in spec.tp:
+            if spec.same_tp and tp_p != tp_d:
+                continue
+            for y in range(1, g // per[tp_p] + 1):
+                z_max = (g - y * per[tp_p]) // per[tp_d]
+                if z_max >= 1:
+                    yield tp_p, tp_d, y, z_max
+
+
+def count_strategies(spec: SearchSpec, stop: int | None = None) -> int:
+    """How many strategies :func:`enumerate_strategies` builds (without building them);
+    with ``stop``, counting ends at the first count above it."""
+    n = 0
+    if "colocated" in spec.architectures:
+        n += sum(spec.gpus // (t * spec.pp) for t in spec.tp)
+    if "pd" in spec.architectures:
+        for *_, z_max in _pd_counts(spec):
+            n += z_max
+            if stop is not None and n > stop:
+                break
+    return n
+
+
 def enumerate_strategies(spec: SearchSpec) -> list:
     """Every deployment of the budget: ``xm`` then ``ypzd`` (module docstring, step 1)."""
     out = []
@@ -145,15 +197,11 @@ def enumerate_strategies(spec: SearchSpec) -> list:
             for x in range(1, g // per[t] + 1):
                 out.append(Deployment(**spec.instance(t), num_instances=x))
     if "pd" in spec.architectures:
-        for tp_p in spec.tp:
-            for tp_d in spec.tp:
-                if spec.same_tp and tp_p != tp_d:
-                    continue
-                for y in range(1, g // per[tp_p] + 1):
-                    for z in range(1, (g - y * per[tp_p]) // per[tp_d] + 1):
-                        out.append(PDDeployment(
-                            prefill=Pool(**spec.instance(tp_p), num_instances=y),
-                            decode=Pool(**spec.instance(tp_d), num_instances=z)))
+        for tp_p, tp_d, y, z_max in _pd_counts(spec):
+            for z in range(1, z_max + 1):
+                out.append(PDDeployment(
+                    prefill=Pool(**spec.instance(tp_p), num_instances=y),
+                    decode=Pool(**spec.instance(tp_d), num_instances=z)))
     return out
 
 
@@ -264,6 +312,13 @@ def _prepare(rows: list[_Row], spec: SearchSpec, ws: Workspace, seeds) -> None:
             row.status = "oom" if fits else "invalid"
             row.reason = f"does not fit: {reason}" if fits else reason
             continue
+        size = simulator_size(row.prep, spec.fidelity)
+        if size > MAX_SIM_BYTES:  # (the largest feasible multiple is decided instead)
+            row.status = "invalid"
+            row.reason = (f"too large to simulate: {size / (1 << 30):.1f} GiB of simulator "
+                          f"arrays, more than {MAX_SIM_BYTES / (1 << 30):g} GiB (--fidelity "
+                          "request decides it)")
+            continue
         row.bound = upper_bound(row.prep, spec.slo)
         row.analytic = analytic_goodput(row.prep, spec.slo)
         row.min_ttft, row.min_tpot = best_latencies(row.prep)
@@ -310,6 +365,8 @@ def run_search(spec: SearchSpec, *, workspace: Workspace | None = None, progress
     """
     ws = workspace if workspace is not None else Workspace()
     seeds = tuple(range(spec.seed, spec.seed + spec.seeds))
+    resolve_model(spec.model)  # an unknown or unreadable model or GPU: one error, not one
+    resolve_gpu(spec.gpu)      # "invalid" row per strategy
     rows = [_Row(d) for d in enumerate_strategies(spec)]
     t0 = time.perf_counter()
     _prepare(rows, spec, ws, seeds)

@@ -68,66 +68,8 @@ class CaseTimeout(Exception):
 
 KNOWN_BUGS: dict[str, str] = {
     # signature (a regular expression) -> the bug: minimal input, the function at fault.
-    # tests/test_fuzz.py pins each with a strict xfail example, so a fix shows as XPASS.
-    r"simulate: AttributeError escapes from serveplan/commands/common.py:resolve_overrides":
-        "a YAML file whose deployment is not a mapping (`deployment: 1`): resolve_overrides "
-        "calls .get on it before pydantic can name the field",
-    r"simulate: TypeError escapes from serveplan/commands/common.py:resolve_overrides":
-        "a YAML file whose workload is a list or a number (`workload: [0]`): "
-        "resolve_overrides runs dict() on it",
-    r"simulate: internal message leaks as an error: dictionary update sequence":
-        "`workload: ab` prints dict()'s ValueError (resolve_overrides), not the field",
-    r"\w+: MemoryError escapes from estimator/oracle.py:breakdown":
-        "estimate --batch 10000000000: the per-request arrays of the batch are allocated "
-        "(CostOracle.breakdown); nothing bounds --batch",
-    r"estimate: internal message leaks as an error: (Maximum allowed dimension exceeded|"
-    r"array is too big.*)":
-        "estimate --batch 18446744073709551616 (or 2**62): NumPy's message, not --batch",
-    r"simulate: internal message leaks as an error: (Maximum allowed dimension exceeded|"
-    r"array is too big.*)":
-        "simulate --concurrency 99999999999999999999 (or 4611686018427387904): NumPy's "
-        "message (closed-loop clients are preallocated, sim/runtime.py:make_front); nothing "
-        "bounds concurrency",
-    r"\w+: MemoryError escapes from sim/runtime.py:make_front":
-        "simulate --concurrency 10000000000: one front-end slot per client is allocated",
-    r"\w+: MemoryError escapes from sim/(kvcache.py:make_pool|loop_api.py:_layout)":
-        "simulate --num-instances 1000000 (or count: 4096 in a pool): dense per-instance "
-        "KV tables (instances x blocks int32, instances x 65536 int64 prefix hash) are "
-        "allocated (--num-instances 4611686018427387904: a Python list of one entry per "
-        "instance, sim/loop_api.py:_layout); nothing bounds count / num_instances",
-    r"\w+: MemoryError escapes from sim/state.py:make_inst":
-        "simulate --max-num-seqs 100000000 --max-num-batched-tokens 100000000 "
-        "--num-gpu-blocks 1000 (search --max-num-seqs 100000000 alike): per-instance request "
-        "slots (instances x max_num_seqs x ...) are allocated; nothing bounds max_num_seqs",
-    r"\w+: OverflowError escapes from sim/lengths.py:sample":
-        "simulate examples/llama8b-h100.yaml -n 1 --isl 18446744073709551616 (or --osl): "
-        "a fixed length beyond int64 (config.Length has no upper bound; Fixed.sample fills "
-        "an int64 array)",
-    r"simulate: internal message leaks as an error: is out of bounds for":
-        "simulate ... --set 'workload.osl={dist: uniform, low: 1, high: "
-        "99999999999999999999}': NumPy's 'high is out of bounds for int64', not the field",
-    r"simulate: RuntimeWarning printed from sim/arrivals.py":
-        "simulate examples/llama8b-h100.yaml -n 3 --rate 1e-310: 'RuntimeWarning: overflow "
-        "encountered in divide' and its source line on stderr (sim/arrivals.py), then "
-        "'error: arrival_s[1] = inf; ...', which names an internal array, not workload.rate",
-    r"search: (OverflowError escapes from sim/loop_api.py:_layout|internal message leaks "
-    r"as an error: array is too big.*)":
-        "search --gpus 1 --tp 1 -n 10 --seeds 1 --max-decide 1 --arch colocated "
-        "--max-num-seqs 18446744073709551616 (or 4611686018427387904): request slots per "
-        "instance are laid out as int64 (sim/loop_api.py:_layout) or allocated; "
-        "--max-num-seqs is unbounded",
-    r"goodput --json prints Infinity \(not JSON; simulate writes null\)":
-        "goodput examples/goodput-llama8b.yaml -n 10 --seeds 1 --json: the P90 interval's "
-        "upper end is written as Infinity (commands/goodput.py json.dumps without a "
-        "null for non-finite numbers, as sim/summary.py:summary_json does)",
-    r"\w+: a binary input is not named":
-        "estimate --model BINARY (or --gpu, --profile; search --model): 'an input file is "
-        "not a text file' without the path (estimator/catalog.py:_read_json, resolve_gpu "
-        "and estimator/profile.py:load_profile read text without check_text_file)",
-    r"simulate: (ttft|e2el) percentile 0 with completed requests":
-        "simulate examples/llama8b-h100.yaml -n 3 --rate 1e-300: arrival times near 1e300 s "
-        "leave no float64 precision for latencies (median TTFT 0 ms); rates are not "
-        "bounded below",
+    # tests/test_fuzz.py pins each with a strict xfail example, so a fix shows as XPASS;
+    # fixed ones move to its FIXED regression cases.
 }
 """Bugs the fuzzer has found and reported; property tests let these signatures pass."""
 

@@ -260,3 +260,110 @@ def test_simulate_file_carries_kind_and_units(tmp_path):
     assert r.exit_code == 0, r.output
     with xr.open_dataset(out) as ds:
         assert ds.attrs.get("kind") == "simulate" and missing_units(ds) == []
+
+
+# ----------------------------------------------------------------------------- fuzz findings
+# Regression tests of bugs the CLI fuzzer found (tests/test_fuzz.py); each refusal is one
+# error: line naming the field (or flag) and, where the value came from a file, the file.
+@pytest.mark.parametrize("flag, expected", [("--gpu", "a GPU YAML file"),
+                                            ("--profile", "a calibration profile JSON")])
+def test_binary_gpu_and_profile_files_are_named(flag, expected, binary):
+    args = {"--gpu": ["--gpu", binary], "--profile": ["--gpu", "h100", "--profile", binary]}
+    one_error(run("estimate", "--model", "llama-3.1-8b", *args[flag]),
+              f"{binary} is not a text file", expected)
+    one_error(run("memory", "--model", "llama-3.1-8b", *args[flag]),
+              f"{binary} is not a text file")
+
+
+def test_search_names_a_binary_model_once(binary):
+    one_error(run("search", "--model", binary, "--gpus", "2", "--fidelity", "analytic"),
+              f"{binary} is not a text file", "config.json")
+
+
+def test_model_json_that_is_not_an_object_is_named(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]")
+    one_error(run("estimate", "--model", path, "--gpu", "h100"), f"{path}",
+              "expected a JSON object")
+
+
+def test_set_through_a_value_that_is_not_a_mapping():
+    line = one_error(run("simulate", EXAMPLES / "llama8b-h100.yaml", "--set",
+                         "workload.rate.x=1"), "workload.rate.x: workload.rate is float 10.0",
+                     "no field 'x'")
+    assert line.startswith("error: workload.rate.x: ")
+
+
+def test_goodput_section_that_is_not_a_mapping_names_file_and_line(tmp_path):
+    data = yaml.safe_load((EXAMPLES / "goodput-llama8b.yaml").read_text())
+    data["slo"] = 5
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    line_no = cfg.read_text().splitlines().index("slo: 5") + 1
+    one_error(run("goodput", cfg, "--ttft", "1"), "error: slo: expected a mapping",
+              f"({cfg} line {line_no})")
+
+
+@pytest.mark.parametrize("value, field", [
+    ("{dist: lognormal, median: .inf, sigma: 1}", "workload.isl.median"),
+    ("{dist: lognormal, mean: 500, sigma: 1e300}", "workload.isl.sigma"),
+    ("{dist: lognormal, mean: 500, sigma: 1, max: 99999999999}", "workload.isl.max"),
+])
+def test_lognormal_bounds_name_the_field(value, field):
+    one_error(run("simulate", EXAMPLES / "llama8b-h100.yaml", "--set", f"workload.isl={value}"),
+              f"error: {field}: must be at most")
+
+
+@pytest.mark.parametrize("workload, field", [
+    ("{kind: inference-perf, stages: [{rate: 1e308, duration: 1e308}]}", "workload"),
+    ("{kind: closed-loop, concurrency: 2, num_requests: 10, think_time_s: 1e300}",
+     "workload.think_time_s"),
+    ("{kind: gamma, rate: 1e-9, num_requests: 1000}", "workload.rate"),
+])
+def test_runs_too_long_or_too_large_are_refused(workload, field):
+    one_error(run("simulate", EXAMPLES / "llama8b-h100.yaml", "--set", f"workload={workload}"),
+              f"error: {field}: ")
+
+
+def test_record_steps_is_bounded():
+    one_error(run("simulate", EXAMPLES / "llama8b-h100.yaml", "--set", "record_steps=1000000000000"),
+              "error: record_steps: must be at most 1,048,576")
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--gpus", "1025"], "--gpus"), (["--gpus", "512", "--tp", "1"], "--gpus"),
+    (["--gpus", "2", "--tp", "2048"], "--tp"), (["--gpus", "2", "--seeds", "1001"], "--seeds"),
+    (["--gpus", "2", "--requests", "99999999999"], "--requests"),
+])
+def test_search_bounds_name_the_flag(args, flag):
+    one_error(run("search", *args), f"error: {flag}: ")
+
+
+def test_strategy_count_is_the_enumeration():
+    """count_strategies (the --gpus cap) against building the strategies."""
+    from serveplan.search import SearchSpec, count_strategies, enumerate_strategies
+
+    for kw in ({"gpus": 7, "tp": (1, 2)}, {"gpus": 16, "tp": (1, 2, 4, 8)},
+               {"gpus": 9, "tp": (1, 4), "same_tp": True}, {"gpus": 6, "tp": (2,), "pp": 2},
+               {"gpus": 5, "tp": (1,), "architectures": ("pd",)}):
+        spec = SearchSpec(model="llama-3.1-8b", gpu="h100", **kw)
+        assert count_strategies(spec) == len(enumerate_strategies(spec))
+
+
+@pytest.mark.parametrize("config, args, field", [
+    ("llama8b-h100.yaml", ["--rate", "inf"], "workload.rate"),
+    ("llama8b-h100.yaml", ["--set", "workload.kind=gamma", "--set", "workload.cv=1e300"],
+     "workload.cv"),
+    ("llama8b-h100.yaml", ["--set", "workload.kind=gamma", "--set", "workload.cv=1e-300"],
+     "workload.cv"),
+    ("llama8b-h100.yaml", ["--set", "workload.isl={dist: lognormal, mean: 1e-310, sigma: 10}"],
+     "workload.isl.mean"),
+    ("mooncake-trace.yaml", ["--time-scale", "1e-300"], "workload.time_scale"),
+    ("pd-sibyl.yaml", ["--set", "deployment.kv_link_bw=1e-300"], "deployment.kv_link_bw"),
+    ("pd-sibyl.yaml", ["--set", "deployment.kv_link_latency_s=1e300"],
+     "deployment.kv_link_latency_s"),
+])
+def test_values_that_broke_the_simulator_name_the_field(config, args, field):
+    """Found probing the fuzzer's neighbourhood: each was a traceback, an internal message
+    or silently wrong output (a trace replayed 1e300x slower: median TTFT 0 ms)."""
+    one_error(run("simulate", EXAMPLES / config, "-n", "60", *args), f"error: {field}: ")

@@ -121,55 +121,92 @@ def _sim(cfg: bytes, *args: str) -> Case:
 
 LLAMA = str(EXAMPLES / "llama8b-h100.yaml")
 KNOWN_EXAMPLES: list[tuple[str, Case]] = [  # (KNOWN_BUGS pattern, minimal case found)
-    (r"simulate: AttributeError escapes from serveplan/commands/common.py:resolve_overrides",
-     _sim(b"deployment: 1\n")),
-    (r"simulate: TypeError escapes from serveplan/commands/common.py:resolve_overrides",
-     _sim(b"workload: [0]\n")),
-    (r"simulate: internal message leaks as an error: dictionary update sequence",
-     _sim(b"workload: ab\n")),
-    (r"\w+: MemoryError escapes from estimator/oracle.py:breakdown",
-     Case("estimate", ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch",
-                       "10000000000"], json_out=False)),
-    (r"estimate: internal message leaks as an error: (Maximum allowed dimension exceeded|"
-     r"array is too big.*)",
-     Case("estimate", ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch",
-                       "18446744073709551616"], json_out=False)),
-    (r"simulate: internal message leaks as an error: (Maximum allowed dimension exceeded|"
-     r"array is too big.*)",
-     Case("simulate", ["simulate", LLAMA, "-n", "1", "--concurrency",
-                       "99999999999999999999"], json_out=False)),
-    (r"\w+: MemoryError escapes from sim/runtime.py:make_front",
-     Case("simulate", ["simulate", LLAMA, "-n", "1", "--concurrency", "10000000000"],
-          json_out=False)),
-    (r"\w+: MemoryError escapes from sim/(kvcache.py:make_pool|loop_api.py:_layout)",
-     Case("simulate", ["simulate", LLAMA, "-n", "1", "--num-instances", "1000000"],
-          json_out=False)),
-    (r"\w+: MemoryError escapes from sim/state.py:make_inst",
-     Case("simulate", ["simulate", LLAMA, "-n", "1", "--max-num-seqs", "100000000",
-                       "--max-num-batched-tokens", "100000000", "--num-gpu-blocks", "1000"],
-          json_out=False)),
-    (r"\w+: OverflowError escapes from sim/lengths.py:sample",
-     Case("simulate", ["simulate", LLAMA, "-n", "1", "--isl", "18446744073709551616"],
-          json_out=False)),
-    (r"simulate: internal message leaks as an error: is out of bounds for",
-     Case("simulate", ["simulate", LLAMA, "-n", "1", "--set", "workload.osl={dist: uniform, "
-                       "low: 1, high: 99999999999999999999}"], json_out=False)),
-    (r"simulate: RuntimeWarning printed from sim/arrivals.py",
-     Case("simulate", ["simulate", LLAMA, "-n", "3", "--rate", "1e-310"], json_out=False)),
-    (r"search: (OverflowError escapes from sim/loop_api.py:_layout|internal message leaks "
-     r"as an error: array is too big.*)",
+]
+
+
+# ----------------------------------------------------------------------------- fixed bugs
+def _est(*args: str) -> Case:
+    return Case("estimate", ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", *args],
+                json_out=False)
+
+
+def _run(*args: str) -> Case:
+    return Case("simulate", ["simulate", LLAMA, *args], json_out="--json" in args)
+
+
+FIXED: list[tuple[str, Case, tuple[str, ...], tuple[str, ...]]] = [
+    # (the KNOWN_BUGS entry it was, the minimal case, the fields its error: lines name in
+    #  order, text the lines must hold: a placeholder is the case's file)
+    ("deployment not a mapping (resolve_overrides)", _sim(b"deployment: 1\n"),
+     ("deployment",), ("{cfg} line 1", "expected a mapping")),
+    ("workload a list (resolve_overrides)", _sim(b"workload: [0]\n"),
+     ("workload",), ("{cfg} line 1", "got list [0]")),
+    ("workload a string (resolve_overrides)", _sim(b"workload: ab\n"),
+     ("workload",), ("{cfg} line 1",)),
+    ("estimate --batch 1e10: MemoryError (CostOracle.breakdown)", _est("--batch", "10000000000"),
+     ("--batch",), ("at most 1,048,576",)),
+    ("estimate --batch 2**64: NumPy's message", _est("--batch", "18446744073709551616"),
+     ("--batch",), ("at most 1,048,576",)),
+    ("simulate --concurrency 1e20: NumPy's message (make_front)",
+     _run("-n", "1", "--concurrency", "99999999999999999999"), ("workload.concurrency",), ()),
+    ("simulate --concurrency 1e10: MemoryError (make_front)",
+     _run("-n", "1", "--concurrency", "10000000000"), ("workload.concurrency",), ()),
+    ("simulate --num-instances 1e6: MemoryError (make_pool)",
+     _run("-n", "1", "--num-instances", "1000000"), ("deployment.pools[0].count",),
+     ("at most 1,024",)),
+    ("simulate --max-num-seqs 1e8: MemoryError (make_inst)",
+     _run("-n", "1", "--max-num-seqs", "100000000", "--max-num-batched-tokens", "100000000",
+          "--num-gpu-blocks", "1000"),
+     ("deployment.pools[0].max_num_seqs", "deployment.pools[0].max_num_batched_tokens"), ()),
+    ("simulate --isl 2**64: OverflowError (lengths.py:sample)",
+     _run("-n", "1", "--isl", "18446744073709551616"), ("workload.isl",), ()),
+    ("uniform high 1e20: NumPy's 'out of bounds for int64'",
+     _run("-n", "1", "--set", "workload.osl={dist: uniform, low: 1, high: "
+          "99999999999999999999}"), ("workload.osl.high",), ()),
+    ("simulate --rate 1e-310: RuntimeWarning, then an internal array named",
+     _run("-n", "3", "--rate", "1e-310"), ("workload.rate",), ("3 years",)),
+    ("search --max-num-seqs 2**64: OverflowError (loop_api.py:_layout)",
      Case("search", ["search", "--gpus", "1", "--tp", "1", "-n", "10", "--seeds", "1",
                      "--max-decide", "1", "--arch", "colocated", "--max-num-seqs",
-                     "18446744073709551616"], json_out=False)),
-    (r"goodput --json prints Infinity \(not JSON; simulate writes null\)",
-     Case("goodput", ["goodput", str(EXAMPLES / "goodput-llama8b.yaml"), "-n", "10",
-                      "--seeds", "1", "--json"])),
-    (r"\w+: a binary input is not named",
-     Case("estimate", ["estimate", "--model", "{binary}", "--gpu", "h100"],
-          json_out=False)),
-    (r"simulate: (ttft|e2el) percentile 0 with completed requests",
-     Case("simulate", ["simulate", LLAMA, "-n", "3", "--rate", "1e-300", "--json"])),
+                     "18446744073709551616"], json_out=False), ("--max-num-seqs",), ()),
+    ("estimate --model BINARY: the file not named (catalog._read_json)",
+     Case("estimate", ["estimate", "--model", "{binary}", "--gpu", "h100"], json_out=False),
+     (), ("{binary} is not a text file", "config.json")),
+    ("simulate --rate 1e-300: 0 ms latencies", _run("-n", "3", "--rate", "1e-300", "--json"),
+     ("workload.rate",), ("3e+300 s",)),
 ]
+
+
+@pytest.mark.parametrize("what, case, fields, needles",
+                         [pytest.param(*f, id=f[1].command + "-" + str(i))
+                          for i, f in enumerate(FIXED)])
+def test_fixed_bug_is_one_error_naming_the_field(what, case, fields, needles, workdir,
+                                                 sim_compiled):
+    """A bug the fuzzer found is now exit 1 and ``error: FIELD: ...`` lines."""
+    folder = workdir / f"fixed{next(_counter)}"
+    run_case(case, folder)  # the contract (a Finding if broken)
+    o = fuzz_cases.last_outcome
+    errors = [ln.removeprefix("error: ") for ln in o.stderr.splitlines()
+              if ln.startswith("error: ")]
+    assert o.exit_code == 1 and len(errors) == max(len(fields), 1), o.describe()
+    for line, name in zip(errors, fields, strict=False):
+        assert line.split(": ", 1)[0] == name, (name, line)
+    places = {"{cfg}": str(folder / "cfg.yaml"), "{binary}": str(folder / "blob.bin")}
+    text = "\n".join(errors)
+    for needle in needles:
+        for key, path in places.items():
+            needle = needle.replace(key, path)
+        assert needle in text, (needle, text)
+
+
+def test_goodput_json_writes_null_with_a_reason(workdir, sim_compiled):
+    """Was: ``goodput --json`` printed ``Infinity`` for an unbounded interval end."""
+    case = Case("goodput", ["goodput", str(EXAMPLES / "goodput-llama8b.yaml"), "-n", "10",
+                            "--seeds", "1", "--json"])
+    g = run_case(case, workdir / f"fixed{next(_counter)}")  # strict JSON, sane numbers
+    nulls = {k for k, v in g.items() if v is None or isinstance(v, list) and None in v}
+    assert nulls and nulls == set(g["null_reasons"])
+    assert all("unbounded" in g["null_reasons"][k] for k in nulls if k.endswith("_ms"))
 
 
 class KnownBugPresent(Finding):

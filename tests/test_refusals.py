@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from serveplan.estimator.oracle import CostOracle
 from serveplan.sweep import cells_dir
 
 runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]
 SEARCH = ["search", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "8", "--fidelity",
           "analytic"]
 
@@ -128,3 +130,81 @@ def test_sweep_with_some_feasible_cells_succeeds(tmp_path):
 
 def test_oracle_fixture_is_the_catalog_model(oracle_8b):
     assert isinstance(oracle_8b, CostOracle)
+
+
+# ----------------------------------------------------------------------------- run size
+def _world_bytes(x, seen: set) -> int:
+    """Bytes of the arrays in (nested) named tuples of the simulator's state."""
+    import numpy as np
+
+    if isinstance(x, np.ndarray):
+        if id(x) in seen:
+            return 0
+        seen.add(id(x))
+        return x.nbytes
+    return sum(_world_bytes(v, seen) for v in x) if isinstance(x, tuple) else 0
+
+
+@pytest.mark.parametrize("name, over", [
+    ("llama8b-h100.yaml", {}),
+    ("llama8b-h100.yaml", {"deployment.pools.0.count": 4, "workload.num_requests": 600}),
+    ("llama8b-h100.yaml", {"deployment.pools.0.max_num_seqs": 2048,
+                           "deployment.pools.0.num_gpu_blocks": 50000}),
+    ("pd-sibyl.yaml", {}),
+])
+def test_run_size_estimate_is_what_the_simulator_allocates(name, over, sim_compiled):
+    """config.simulator_bytes (the run-size refusal) against the arrays a run allocates."""
+    from serveplan.config import load_config, simulator_bytes
+    from serveplan.simulation import build_requests, resolve, run_resolved
+
+    cfg = load_config(REPO / "examples" / name, {"workload.num_requests": 200, **over})
+    resolved = resolve(cfg.deployment)
+    req = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
+    world = run_resolved(resolved, req, record_steps=cfg.record_steps).world
+    est = simulator_bytes([(s.params, s.num_instances, s.role) for s in resolved.pool_specs()],
+                          req.prompt_len, req.output_len,
+                          prefill_hold=getattr(resolved.deployment, "prefill_hold", None))
+    assert est["kv"] == pytest.approx(_world_bytes(world.pool, set()), rel=1e-3)
+    assert est["slots"] == pytest.approx(_world_bytes(world.inst, set()), rel=0.05)
+
+
+def test_a_run_too_large_for_memory_is_refused_naming_what_to_lower():
+    (line,) = refused(runner.invoke(app, ["simulate", str(REPO / "examples" /
+                                                          "llama8b-h100.yaml"), "-n", "5",
+                                          "--num-instances", "64",
+                                          "--num-gpu-blocks", "4000000"]))
+    assert line.startswith("error: deployment: the simulator would preallocate 10.8 GiB")
+    assert "64 instances x 3,999,999 KV blocks" in line and "num_gpu_blocks" in line
+
+
+def test_goodput_refuses_a_run_too_large_for_memory():
+    (line,) = refused(runner.invoke(app, [
+        "goodput", str(REPO / "examples" / "goodput-llama8b.yaml"), "-n", "20", "--seeds", "1",
+        "--set", "deployment.num_instances=1000", "--set", "deployment.max_model_len=131072"]))
+    assert line.startswith("error: deployment: the simulator would preallocate")
+
+
+def test_search_decides_the_largest_strategy_small_enough_to_simulate(monkeypatch):
+    """Strategies whose simulation would outgrow memory are `invalid`; dominance then keeps
+    the largest multiple that fits (here 2m of 3m, with room for two instances)."""
+    import serveplan.search as search
+
+    one = search.simulator_size  # the size of 2m is below the bound, of 3m above
+    spec = search.SearchSpec(model="llama-3.1-8b", gpu="h100", gpus=3, tp=(1,),
+                             architectures=("colocated",), num_requests=10, seeds=1,
+                             max_decide=1, isl=512, osl=8)
+    sizes = {}
+
+    def size(prep, fidelity):
+        sizes[prep.deployment.num_instances] = one(prep, fidelity)
+        return sizes[prep.deployment.num_instances]
+
+    monkeypatch.setattr(search, "simulator_size", size)
+    monkeypatch.setattr(search, "MAX_SIM_BYTES", 0)
+    search.run_search(spec)  # fills sizes
+    monkeypatch.setattr(search, "MAX_SIM_BYTES", (sizes[2] + sizes[3]) / 2)
+    ds = search.run_search(spec)
+    status = dict(zip(ds["name"].values.tolist(), ds["status"].values.tolist(), strict=True))
+    assert status == {"2m-tp1": "decided", "1m-tp1": "dominated", "3m-tp1": "invalid"}
+    reason = str(ds["reason"].values[ds["name"].values.tolist().index("3m-tp1")])
+    assert reason.startswith("too large to simulate")

@@ -6,13 +6,34 @@ Command modules import from here and never from one another (no import cycles).
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from serveplan.errors import UserError, check_text_file
+from serveplan.errors import UserError, check_text_file, yaml_line
+
+
+def check_at_most(flag: str, value, limit: int, why: str) -> None:
+    """Raise :class:`UserError` naming ``flag`` if ``value`` exceeds ``limit`` (``why``: the
+    reason for the bound, e.g. what is allocated per unit)."""
+    if value is not None and value > limit:
+        raise UserError(f"{flag}: must be at most {limit:,} ({why}), got {value:,}")
+
+
+def check_run_size(resolved, requests, workload) -> None:
+    """Refuse a simulation whose arrays would outgrow memory, naming what to lower
+    (:func:`serveplan.config.check_simulator_memory`: the bound of each field keeps it
+    small alone, not their product, instances x KV blocks x ...), or whose requests arrive
+    over too long a time (:func:`serveplan.config.check_arrivals`)."""
+    from serveplan.config import check_arrivals, check_simulator_memory
+
+    check_arrivals(requests.arrival_s, workload)
+    pools = [(s.params, s.num_instances, s.role) for s in resolved.pool_specs()]
+    check_simulator_memory(pools, requests.prompt_len, requests.output_len,
+                           prefill_hold=getattr(resolved.deployment, "prefill_hold", None))
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -81,17 +102,48 @@ def _unreachable(address: str, timeout_s: float) -> str | None:
     return None
 
 
+def check_sections(data: dict, source: Path | None = None,
+                   sections: tuple[str, ...] = ("deployment", "workload")) -> None:
+    """Raise :class:`UserError` naming the field (and ``source``'s file and line) if one of
+    ``sections`` is present but not a mapping (``workload: 1``): flags and ``--set`` items
+    are fields inside it, so there is nothing to override."""
+    for key in sections:
+        value = data.get(key)
+        if value is None or isinstance(value, dict):
+            continue
+        where = ""
+        if source is not None:
+            line = yaml_line(source, (key,), value)
+            where = f" ({source}" + (f" line {line})" if line else ")")
+        raise UserError(f"{key}: expected a mapping of fields (e.g. {EXAMPLE_FIELDS[key]}), "
+                        f"got {type(value).__name__} {_short(value)}{where}")
+
+
+EXAMPLE_FIELDS = {"deployment": "model: llama-3.1-8b, gpu: h100",
+                  "workload": "kind: poisson, rate: 4", "slo": "ttft_ms: 500",
+                  "goodput": "seeds: 3"}
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
                       concurrency=None, isl=None, osl=None, seed=None, scheduler=None,
                       router=None, num_instances=None, num_gpu_blocks=None, max_num_seqs=None,
-                      max_num_batched_tokens=None, sets: dict | None = None) -> dict:
+                      max_num_batched_tokens=None, sets: dict | None = None,
+                      source: Path | None = None) -> dict:
     """Apply CLI overrides to the file's mapping (file < flags < ``--set``).
 
     ``--trace`` turns the workload into a trace workload and ``--concurrency`` into a
-    closed loop, keeping the fields the new kind accepts (e.g. ``num_requests``).
+    closed loop, keeping the fields the new kind accepts (e.g. ``num_requests``). A
+    ``deployment`` or ``workload`` that is not a mapping is refused naming the field (and
+    the file ``source`` and its line).
     """
     from serveplan.config import set_path, switch_workload_kind
 
+    check_sections(data, source)
     workload = dict(data.get("workload") or {})
     if trace is not None:
         check_text_file(trace, "a trace (Mooncake .jsonl, Azure or Vidur CSV)", field="--trace")
@@ -114,9 +166,10 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
     pools = (data.get("deployment") or {}).get("pools")
     if isinstance(pools, list):  # the pool form: instance knobs apply to every pool
-        if len(pools) == 1:
-            flags["deployment.pools.0.count"] = flags.pop("deployment.num_instances")
-        for i in range(len(pools)):
+        if len(pools) == 1:  # (a pool that is not a mapping: pydantic names it)
+            count = flags.pop("deployment.num_instances")
+            flags["deployment.pools.0.count"] = count if isinstance(pools[0], dict) else None
+        for i in (i for i, pool in enumerate(pools) if isinstance(pool, dict)):
             flags.update({f"deployment.pools.{i}.{k}": v for k, v in knobs.items()})
     else:
         flags.update({f"deployment.{k}": v for k, v in knobs.items()})

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from serveplan.commands.app import app
+from serveplan.commands.common import check_at_most
 from serveplan.errors import UserError, report_errors
 from serveplan.estimator.engine_memory import ENGINE_RULES, ENGINES, plan_engine_memory
 from serveplan.estimator.memory import GIB, BatchFit, MemoryPlan, batch_kv_fit, plan_memory
@@ -31,6 +32,8 @@ class WeightDType(str, Enum):
     fp8 = "fp8"
 
 
+BatchOpt = typer.Option(1, "--batch", "-b", min=1,
+                        help="Requests in the step (at most 1,048,576).")
 ModelOpt = typer.Option(..., "--model", "-m",
                         help="Catalog name (llama-3.1-8b, qwen3-30b-a3b, ...) or config.json path.")
 GpuOpt = typer.Option(..., "--gpu", "-g", help="Catalog name (h100, h200, a100-80gb, ...) or YAML.")
@@ -45,6 +48,10 @@ ProfileOpt = typer.Option(None, "--profile", exists=False,
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
+MAX_BATCH = 1 << 20
+"""Largest ``--batch`` (requests in one step)."""
+
+
 def _ms(x: float) -> str:
     return f"{x * 1e3:.3f}"
 
@@ -55,7 +62,7 @@ def estimate(
     model: str = ModelOpt, gpu: str = GpuOpt, tp: int = TpOpt, pp: int = PpOpt,
     ep: int = EpOpt, dp: int = DpOpt,
     phase: Phase = typer.Option(Phase.decode, "--phase", help="prefill or decode step."),
-    batch: int = typer.Option(1, "--batch", "-b", min=1, help="Requests in the step."),
+    batch: int = BatchOpt,
     input_len: int = typer.Option(
         1, "--input-len", min=1, help="Prefill: new prompt tokens per request."),
     context_len: int = typer.Option(
@@ -75,10 +82,10 @@ def estimate(
     warning line goes to stderr and --json carries "fits_in_memory": false; the step time
     is still printed (a roofline what-if).
     """
+    check_at_most("--batch", batch, MAX_BATCH, "the step's per-request arrays are "
+                  "allocated; no engine batches more")
     oracle = _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile)
-    if phase is Phase.decode and input_len != 1:
-        raise UserError("--input-len applies to --phase prefill; a decode step adds 1 token")
-    new = input_len if phase is Phase.prefill else 1
+    new = _new_tokens(phase, input_len)
     _check_positions(oracle, context_len, new, phase)
     kv = _batch_memory(oracle, batch, context_len + new)
     bd = oracle.breakdown(phase=phase.value, batch_size=batch, input_len=input_len,
@@ -228,6 +235,13 @@ def _print_memory_plan(plan: MemoryPlan, title: str) -> None:
         f"{plan.kv_tokens:,} usable tokens "
         f"({plan.kv_tokens / plan.max_model_len:.1f} × max_model_len {plan.max_model_len:,})"
     )
+
+
+def _new_tokens(phase: Phase, input_len: int) -> int:
+    """Tokens a request adds in the step: ``--input-len`` in a prefill, 1 in a decode."""
+    if phase is Phase.decode and input_len != 1:
+        raise UserError("--input-len applies to --phase prefill; a decode step adds 1 token")
+    return input_len if phase is Phase.prefill else 1
 
 
 def _check_positions(oracle: CostOracle, context_len: int, new: int, phase: Phase) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -10,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from serveplan.commands.app import app
-from serveplan.commands.common import parse_set
+from serveplan.commands.common import check_sections, parse_set
 from serveplan.errors import report_errors
 
 
@@ -35,7 +36,41 @@ def goodput_summary(g) -> dict:
         p = g.slo.percentile
         for name, iv in (("ttft", at.ttft), ("tpot", at.tpot)):
             out[f"p{p:g}_{name}_ms"] = [iv.estimate * 1e3, iv.low * 1e3, iv.high * 1e3]
-    return out
+    return json_ready(out)
+
+
+NULL_REASONS = {
+    "upper": "the interval's upper end is unbounded: too few requests lie above the "
+             "percentile for this confidence (more requests per run or more seeds bound it)",
+    "nan_ms": "undefined: no request has this latency (one-token outputs have no TPOT)",
+    "inf_ms": "infinite (requests never served count as infinitely late)",
+    "nan": "undefined (NaN)",
+    "inf": "infinite",
+}
+"""Why a number of the ``--json`` summary is null (JSON has no inf or NaN)."""
+
+
+def json_ready(out: dict) -> dict:
+    """``out`` with inf and NaN numbers (top level, or in a list) written as None, and a
+    ``null_reasons`` mapping saying why for each key that has one (as ``simulate --json``
+    writes null for undefined numbers)."""
+    reasons, clean = {}, {}
+    for key, value in out.items():
+        items = value if isinstance(value, list) else [value]
+        bad = [i for i, v in enumerate(items) if isinstance(v, float) and not math.isfinite(v)]
+        if not bad:
+            clean[key] = value
+            continue
+        upper_only = isinstance(value, list) and len(value) == 3 and bad == [2]
+        nan = any(items[i] != items[i] for i in bad)
+        kind = "upper" if upper_only else ("nan" if nan else "inf") + (
+            "_ms" if key.endswith("_ms") else "")
+        reasons[key] = NULL_REASONS[kind]
+        fixed = [None if i in bad else v for i, v in enumerate(items)]
+        clean[key] = fixed if isinstance(value, list) else fixed[0]
+    if reasons:
+        clean["null_reasons"] = reasons
+    return clean
 
 
 def _print(g, console: Console) -> None:
@@ -93,6 +128,7 @@ def goodput(
     from serveplan.results_io import write_netcdf
 
     data = read_yaml(config)
+    check_sections(data, config, ("deployment", "workload", "slo", "goodput"))
     flags = {"goodput.fidelity": fidelity, "goodput.seeds": seeds,
              "goodput.num_requests": requests, "goodput.confidence": confidence,
              "goodput.rtol": rtol, "slo.percentile": percentile,

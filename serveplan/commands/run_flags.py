@@ -33,7 +33,7 @@ Gpu = Annotated[str | None, typer.Option("--gpu", "-g", help="Catalog GPU name o
 TP = Annotated[int, typer.Option("--tp", min=1, max=64, help="Tensor-parallel size.")]
 PP = Annotated[int, typer.Option("--pp", min=1, max=64, help="Pipeline-parallel size.")]
 Instances = Annotated[int, typer.Option(
-    "--num-instances", min=1, max=4096, help="Engine instances behind the endpoint.")]
+    "--num-instances", min=1, max=1024, help="Engine instances behind the endpoint.")]
 Engine = Annotated[EngineOpt | None, typer.Option(
     "--engine", help="The engine that ran: its scheduler, defaults and runtime terms.")]
 EngineVersion = Annotated[str | None, typer.Option(

@@ -23,6 +23,33 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
     return values
 
 
+GpusOpt = typer.Option(8, "--gpus", min=1, help="GPU budget (at most 1,024, and at most "
+                       "20,000 strategies: the pd space grows as gpus squared).")
+FLAGS = {"gpus": "--gpus", "isl": "--isl", "osl": "--osl", "tp": "--tp",
+         "architectures": "--arch", "fidelity": "--fidelity", "num_requests": "--requests",
+         "seeds": "--seeds", "rtol": "--rtol", "top": "--top", "max_decide": "--max-decide",
+         "max_num_seqs": "--max-num-seqs", "max_model_len": "--max-model-len"}
+"""The option of each :class:`SearchSpec` field the command sets."""
+
+
+def _spec(**fields):
+    """The :class:`SearchSpec`; a refused value is named by its option (``--gpus: ...``)."""
+    from pydantic import ValidationError
+
+    from serveplan.errors import format_validation_error
+    from serveplan.search import SearchSpec
+
+    try:
+        return SearchSpec(**fields)
+    except ValidationError as exc:
+        lines = []
+        for line in format_validation_error(exc):
+            field, sep, rest = line.partition(":")
+            flag = FLAGS.get(field.split(".")[0].split("[")[0])
+            lines.append(f"{flag}{sep}{rest}" if flag and sep else line)
+        raise UserError("\n".join(lines)) from None
+
+
 def _summary(ds) -> list[dict]:
     rows = []
     for i in range(ds.sizes["strategy"]):
@@ -46,7 +73,7 @@ def _summary(ds) -> list[dict]:
 def search(
     model: str = typer.Option("llama-3.1-8b", "--model", help="Catalog name or config.json."),
     gpu: str = typer.Option("h100", "--gpu", help="Catalog name or GPU YAML."),
-    gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget."),
+    gpus: int = GpusOpt,
     isl: int = typer.Option(2048, "--isl", min=1, help="Input (prompt) length."),
     osl: int = typer.Option(64, "--osl", min=1, help="Output length."),
     ttft: float = typer.Option(1.5, "--ttft", help="TTFT goal (s)."),
@@ -77,17 +104,17 @@ def search(
     """Every colocated (xm) and disaggregated (ypzd) strategy x TP, ranked by goodput/GPU."""
     from serveplan.config import SLO
     from serveplan.results_io import write_netcdf
-    from serveplan.search import SearchSpec, run_search
+    from serveplan.search import run_search
     from serveplan.search_report import feasible
 
     archs = tuple(a.strip() for a in arch.split(",") if a.strip())
     slo = SLO(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, percentile=percentile,
               attainment=attainment)
-    spec = SearchSpec(model=model, gpu=gpu, gpus=gpus, isl=isl, osl=osl, slo=slo,
-                      tp=_ints(tp, "tp"), architectures=archs, same_tp=same_tp,
-                      fidelity=fidelity, num_requests=requests, seeds=seeds, rtol=rtol,
-                      top=top, max_decide=max_decide, max_num_seqs=max_num_seqs,
-                      max_model_len=max_model_len)
+    spec = _spec(model=model, gpu=gpu, gpus=gpus, isl=isl, osl=osl, slo=slo,
+                 tp=_ints(tp, "tp"), architectures=archs, same_tp=same_tp,
+                 fidelity=fidelity, num_requests=requests, seeds=seeds, rtol=rtol,
+                 top=top, max_decide=max_decide, max_num_seqs=max_num_seqs,
+                 max_model_len=max_model_len)
     stream = sys.stderr if as_json else sys.stdout
     console = Console(stderr=as_json, width=None if stream.isatty() else 140)
     with console.status("searching strategies ...") as status:

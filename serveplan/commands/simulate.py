@@ -10,7 +10,12 @@ import typer
 from rich.console import Console
 
 from serveplan.commands.app import app
-from serveplan.commands.common import parse_set, print_summary, resolve_overrides
+from serveplan.commands.common import (
+    check_run_size,
+    parse_set,
+    print_summary,
+    resolve_overrides,
+)
 from serveplan.errors import report_errors
 
 
@@ -64,16 +69,14 @@ def simulate(
     from serveplan.config import SimulationConfig, read_yaml
     from serveplan.results_io import write_netcdf
     from serveplan.sim.results import summary_json
-    from serveplan.simulation import run_config
 
     data = resolve_overrides(
         read_yaml(config), rate=rate, requests=requests, trace=trace, time_scale=time_scale,
         concurrency=concurrency, isl=isl, osl=osl, seed=seed, scheduler=scheduler,
         router=router, num_instances=num_instances, num_gpu_blocks=num_gpu_blocks,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        sets=parse_set(set_))
-    cfg = SimulationConfig.model_validate(data)
-    ds = run_config(cfg)
+        sets=parse_set(set_), source=config)
+    ds = _run(SimulationConfig.model_validate(data))
     summary = json.loads(ds.attrs["summary"])
     if out is not None:
         write_netcdf(ds, out, kind="simulate")
@@ -88,6 +91,18 @@ def simulate(
         console.print(failure_line(summary), highlight=False)
     if out is not None:
         console.print(f"wrote {out}")
+
+
+def _run(cfg):
+    """:func:`serveplan.simulation.run_config`, with the run's size checked before the
+    simulator allocates (:func:`~serveplan.commands.common.check_run_size`)."""
+    from serveplan.simulation import build_requests, make_dataset, resolve, run_resolved
+
+    resolved = resolve(cfg.deployment)
+    requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
+    check_run_size(resolved, requests, cfg.workload)
+    result = run_resolved(resolved, requests, record_steps=cfg.record_steps)
+    return make_dataset(cfg, resolved, result, requests)
 
 
 def failure_line(summary: dict) -> str:
