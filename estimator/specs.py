@@ -229,7 +229,7 @@ class ModelSpec(BaseModel):
             if use and window < spec["max_position_embeddings"]:
                 spec.update(sliding_window=window, sliding_fraction=1.0)
 
-        if mt == "mixtral":
+        if mt in ("mixtral", "minimax_m2"):  # every layer MoE, intermediate_size per expert
             spec.update(
                 num_experts=need("num_local_experts"),
                 experts_per_token=need("num_experts_per_tok"),

@@ -80,7 +80,19 @@ def test_gpu_from_yaml_and_errors(tmp_path):
 ])
 def test_weights_match_published_parameter_counts(name, params):
     """Sum of resident weight bytes / dtype size = the model card's parameter count (±2%)."""
-    m = resolve_model(name)
+    _check_parameter_count(resolve_model(name), params)
+
+
+def test_minimax_m2_is_read_as_a_moe_model(shared_data):
+    """MiniMax-M2.5's config (model_type minimax_m2): 256 experts of intermediate_size, top 8,
+    in all 62 layers -- 230B parameters on its model card (10B active)."""
+    m = resolve_model(shared_data / "e2e" / "aic_silicon_blackwell" / "model_configs" /
+                      "MiniMaxAI--MiniMax-M2.5_config.json")
+    assert (m.num_experts, m.experts_per_token, m.num_moe_layers) == (256, 8, 62)
+    _check_parameter_count(m, 230e9)
+
+
+def _check_parameter_count(m, params: float) -> None:
     t = build_ops(m, Parallelism())
     ops = t.ops
     per_layer = np.sum(ops[:, K.C_PARAM] * ops[:, K.C_FRAC] *
