@@ -206,3 +206,25 @@ def test_pd_deployment_itls_tile_the_decode_span(tmp_path):
     sums = np.array([itl[a:b].sum() for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
     multi = ds["output_len"].values > 1
     np.testing.assert_allclose(sums[multi], span[multi], rtol=1e-6)
+
+
+def test_calibrate_runs_manifest(written_run, tmp_path):
+    """Runs on their own deployments, listed in a YAML manifest (paths relative to it)."""
+    import shutil
+
+    shutil.copy(written_run, tmp_path / "a.json")
+    dep = {k: v for k, v in POOL.items() if k != "role"}
+    (tmp_path / "runs.yaml").write_text(json.dumps({"runs": [
+        {"result": "a.json", "deployment": dep},
+        {"result": "a.json", "deployment": {**dep, "tp": 2}}]}))
+    out = tmp_path / "terms.json"
+    res = runner.invoke(app, ["calibrate", "--runs", str(tmp_path / "runs.yaml"), "--out",
+                              str(out), "--max-evals", "5", "--seed", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert [r["run"] for r in report["leave_one_run_out"]] == ["a.json", "a.json"]
+    assert "tp_sync_per_layer_s" in report["fitted"]  # runs at TP 1 and 2 identify it
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("runs: [{result: a.json}]\n")
+    res = runner.invoke(app, ["calibrate", "--runs", str(bad), "--out", str(out)])
+    assert res.exit_code == 1 and "runs.0" in res.output and "deployment" in res.output

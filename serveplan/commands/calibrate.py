@@ -86,7 +86,7 @@ def _summary(profile, out: Path) -> None:
     console.print(f"use it with: serveplan estimate --profile {out} ...")
 
 
-def _manifest_cases(path: Path, seed_flags: dict) -> list:
+def _manifest_cases(path: Path, sets: dict) -> list:
     """Runs and deployments listed in a YAML manifest (``runs: [{result, deployment}]``)."""
     from serveplan.config import read_yaml
     from serveplan.run_calibrate import RunCase
@@ -104,7 +104,7 @@ def _manifest_cases(path: Path, seed_flags: dict) -> list:
         dep = entry["deployment"]
         if isinstance(dep, str):
             dep = F.deployment_from_file((path.parent / dep).resolve())
-        cases.append(RunCase(read_run(result), F.resolve_with_sets(dep, seed_flags)))
+        cases.append(RunCase(read_run(result), F.resolve_with_sets(dep, sets)))
     return cases
 
 
