@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import (
     AliasChoices,
     Field,
@@ -478,25 +477,13 @@ def check_simulator_memory(pools, prompt, output, *, prefill_hold: int | None = 
 def read_yaml(path: str | Path) -> dict:
     """The mapping in a YAML file (empty file: ``{}``), its data-file paths made relative
     to the file's folder (:func:`anchor_paths`)."""
-    from serveplan.user_input import decode_problem, not_text_message
+    from serveplan.user_input import yaml_mapping
 
     path = Path(path)
     if not path.is_file():
         what = "is not a file" if path.exists() else "does not exist"
         raise FileNotFoundError(f"config file {path} {what}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ValueError(not_text_message(path, decode_problem(exc), "a YAML file")) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ValueError(f"{path}{where}: not valid YAML: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    data = yaml_mapping(path, "a YAML file", error=ValueError)
     return anchor_paths(data, path.parent)
 
 

@@ -49,12 +49,17 @@ class RunCase:
         return self.run.path.name
 
 
+def _medians(stats: dict) -> np.ndarray:
+    """Median TTFT and TPOT (s) from ``latency_stats``-style keys."""
+    return np.array([stats["p50_ttft_s"], stats["p50_tpot_s"]], dtype=float)
+
+
 def measured_medians(case: RunCase) -> np.ndarray:
     """Median TTFT and TPOT (s) of the run as measured (its summary without records)."""
     run = case.run
     stats = latency_stats(measured_latencies(run)) if run.has_requests else run.summary
     try:
-        out = np.array([stats["p50_ttft_s"], stats["p50_tpot_s"]], dtype=float)
+        out = _medians(stats)
     except KeyError as exc:
         raise UserError(f"{run.path}: no median {str(exc.args[0])[4:8].upper()} in the file "
                         "(and no per-request records to compute it)") from None
@@ -68,8 +73,7 @@ def predicted_medians(case: RunCase, terms: RuntimeTerms, seed: int = 0) -> np.n
     """Median TTFT and TPOT (s) of the run replayed with ``terms``."""
     ds = replay(case.run, with_terms(case.resolved, terms), seed)
     lat, _ = simulated_latencies(ds, from_first_send=case.run.send_s is not None)
-    stats = latency_stats(lat)
-    return np.array([stats["p50_ttft_s"], stats["p50_tpot_s"]], dtype=float)
+    return _medians(latency_stats(lat))
 
 
 def _engine(cases: list[RunCase]) -> str:

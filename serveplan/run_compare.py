@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from serveplan.runs.model import BenchRun, Load, run_from_arrays
+from serveplan.runs.model import BenchRun, Load, run_from_arrays, vllm_tpot
 from serveplan.runs.workload import requests_for
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
@@ -53,9 +53,7 @@ class Latencies:
     @property
     def tpot(self) -> np.ndarray:
         """vLLM's per-request TPOT (NaN where failed or a single output token)."""
-        ok = self.success & (self.output_len > 1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(ok, (self.e2e - self.ttft) / (self.output_len - 1), np.nan)
+        return vllm_tpot(self.success, self.output_len, self.ttft, self.e2e)
 
 
 def _stats_of(x: np.ndarray, name: str, out: dict) -> None:
@@ -196,14 +194,11 @@ def as_bench_run(ds: xr.Dataset, load: Load, *, model: str | None = None,
                  path: str = "serveplan") -> BenchRun:
     """A simulation as a benchmark run (send times recorded), e.g. to write it in vLLM's
     format (:func:`serveplan.runs.vllm.write_vllm`)."""
-    from serveplan.sim.clients import client_outcome
-
-    ok = client_outcome(ds).completed
-    itl, offsets, _ = request_itls(ds)
-    itls = [itl[offsets[i]:offsets[i + 1]] for i in range(len(ok))]
     lat, _ = simulated_latencies(ds)
+    off = lat.itl_offsets
+    itls = [lat.itl[off[i]:off[i + 1]] for i in range(len(lat.success))]
     return run_from_arrays(input_len=ds["prompt_len"].values, output_len=lat.output_len,
-                           ttft_s=lat.ttft, e2e_s=lat.e2e, success=ok, itls=itls,
+                           ttft_s=lat.ttft, e2e_s=lat.e2e, success=lat.success, itls=itls,
                            send_s=ds["arrival_s"].values, load=load, model=model, path=path,
                            summary={"duration_s": lat.duration_s})
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from serveplan.estimator.specs import decode_problem, file_text_problem, not_text_message
 
-__all__ = ["UserError", "check_text_file", "decode_problem", "not_text_message"]
+__all__ = ["UserError", "check_text_file", "decode_problem", "not_text_message",
+           "yaml_mapping"]
 
 
 class UserError(Exception):
@@ -30,3 +31,25 @@ def check_text_file(path, expected: str, *, field: str | None = None) -> None:
     if problem is not None:
         prefix = f"{field}: " if field else ""
         raise UserError(prefix + not_text_message(path, problem, expected))
+
+
+def yaml_mapping(path, expected: str, error: type[Exception] = UserError) -> dict:
+    """The mapping in a YAML file (an empty file is ``{}``); a file that is not text, not
+    YAML (with its line) or not a mapping raises ``error`` naming the file."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise error(not_text_message(path, decode_problem(exc), expected)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise error(f"{path}{where}: not valid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data

@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
-import yaml
 
-from serveplan.user_input import UserError, check_text_file, decode_problem, not_text_message
+from serveplan.user_input import (
+    UserError,
+    check_text_file,
+    decode_problem,
+    not_text_message,
+    yaml_mapping,
+)
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
               "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0}
@@ -102,21 +107,7 @@ def iter_jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
 def load_yaml(path: Path, expected: str) -> dict:
     """The mapping in a YAML file (an empty file is ``{}``)."""
     check_text_file(path, expected)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UserError(not_text_message(path, decode_problem(exc), expected)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{path}{where}: not valid YAML: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping at the top level, got "
-                        f"{type(data).__name__}")
-    return data
+    return yaml_mapping(path, expected)
 
 
 # ----------------------------------------------------------------------------- values

@@ -103,6 +103,14 @@ class Load:
             object.__setattr__(self, "ramp_up", (strategy, float(lo), float(hi)))
 
 
+def vllm_tpot(success, output_len, ttft_s, e2e_s) -> np.ndarray:
+    """vLLM's TPOT per request (``calculate_metrics``): ``(e2e - ttft) / (output_len - 1)``
+    for successful requests with ``output_len > 1``; NaN elsewhere."""
+    ok = success & (output_len > 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok, (e2e_s - ttft_s) / (output_len - 1), np.nan)
+
+
 _ARRAYS = {"input_len": np.int64, "output_len": np.int64, "success": np.bool_,
            "ttft_s": np.float64, "e2e_s": np.float64, "send_s": np.float64,
            "stage": np.int64}
@@ -223,10 +231,7 @@ class BenchRun:
         requests with ``output_len > 1``; NaN elsewhere (float64[n])."""
         if not self.has_requests:
             raise ValueError(f"{self.path.name} has no per-request records")
-        ok = self.success & (self.output_len > 1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = (self.e2e_s - self.ttft_s) / (self.output_len - 1)
-        return np.where(ok, tpot, np.nan)
+        return vllm_tpot(self.success, self.output_len, self.ttft_s, self.e2e_s)
 
     def with_warnings(self, *messages: str) -> BenchRun:
         """The same run with ``messages`` appended to its warnings."""
@@ -269,4 +274,5 @@ def run_from_arrays(*, input_len, output_len, ttft_s, e2e_s, success=None, itls=
                     summary=dict(summary or {}))
 
 
-__all__ = ["ARRIVALS", "KINDS", "RAMP_UP", "TOOLS", "BenchRun", "Load", "run_from_arrays"]
+__all__ = ["ARRIVALS", "KINDS", "RAMP_UP", "TOOLS", "BenchRun", "Load", "run_from_arrays",
+           "vllm_tpot"]
