@@ -15,9 +15,15 @@ empty numba cache (``NUMBA_CACHE_DIR`` pointed at a new empty folder):
 * ``make`` of the virtualenv (venv, ``pip install -e .[dev]``; pip's own download cache
   is warm on a machine that installed the project before) and ``make run`` (the strategy
   search), with the lines they print;
+* how long after ``make run`` started the background compile it began had the compiled
+  code ready (``serveplan-warm.json`` written);
 * the first ``serveplan simulate examples/llama8b-h100.yaml`` (colocated) and
-  ``examples/pd-pools.yaml`` (prefill/decode), from that fresh install;
-* the same colocated command again on the now warm cache.
+  ``examples/pd-pools.yaml`` (prefill/decode), from that fresh install, each on its own
+  empty cache (they run as Python beside their background compile; the next measurement
+  waits for that compile to finish so the two do not share the CPU);
+* the colocated command again once its cache is warm;
+* the colocated command on an empty cache with ``SERVEPLAN_JIT=compile``: the compile a
+  first run no longer waits for.
 
 Writes ``bench/results/first_run.{json,md}``: medians over rounds (and every round). The
 machine may be shared: the load average is recorded with each round.
@@ -39,7 +45,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-ANNOUNCED = "compiling the simulator, once"
+ANNOUNCED = ("compiling the simulator, once", "not compiled on this machine yet")
 COLOCATED = "examples/llama8b-h100.yaml"
 PD = "examples/pd-pools.yaml"
 
@@ -57,15 +63,28 @@ def _lay_out(source: str, dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-def _timed(cmd, cwd: Path, cache: Path) -> dict:
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+MARKER = "serveplan-warm.json"
+
+
+def _wait_warm(cache: Path, since: float) -> float:
+    """Seconds from ``since`` until the background compile into ``cache`` has finished."""
+    deadline = time.perf_counter() + 900
+    while not (cache / MARKER).exists():
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"no compiled code in {cache} after 900 s")
+        time.sleep(0.25)
+    return round(time.perf_counter() - since, 2)
+
+
+def _timed(cmd, cwd: Path, cache: Path, mode: str = "auto") -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "SERVEPLAN_JIT": mode}
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     lines = proc.stdout.splitlines() + proc.stderr.splitlines()
-    notice = [ln for ln in proc.stderr.splitlines() if ANNOUNCED in ln]
+    notice = [ln for ln in proc.stderr.splitlines() if any(a in ln for a in ANNOUNCED)]
     return {"seconds": round(seconds, 2), "lines": len(lines),
             "announced": notice[0] if notice else None}
 
@@ -74,41 +93,59 @@ def _round(source: str, work: Path) -> dict:
     tree = work / "tree"
     tree.mkdir()
     _lay_out(source, tree)
-    caches = [work / f"numba{i}" for i in range(3)]
+    caches = [work / f"numba{i}" for i in range(4)]
     for c in caches:
         c.mkdir()
     out = {"load_avg_1min": os.getloadavg()[0]}
     out["install"] = _timed(["make", ".venv/.installed"], tree, caches[0])
+    started = time.perf_counter()
     out["make_run"] = _timed(["make", "run"], tree, caches[0])
+    out["compiled_ready"] = {"seconds": _wait_warm(caches[0], started)}
     serveplan = str(tree / ".venv" / "bin" / "serveplan")
+    started = time.perf_counter()
     out["simulate_cold"] = _timed([serveplan, "simulate", COLOCATED], tree, caches[1])
+    _wait_warm(caches[1], started)
     out["simulate_warm"] = _timed([serveplan, "simulate", COLOCATED], tree, caches[1])
+    started = time.perf_counter()
     out["pd_cold"] = _timed([serveplan, "simulate", PD], tree, caches[2])
+    _wait_warm(caches[2], started)
+    out["simulate_compile"] = _timed([serveplan, "simulate", COLOCATED], tree, caches[3],
+                                     mode="compile")
     return out
 
 
 def _medians(rounds: list[dict]) -> dict:
-    keys = ["install", "make_run", "simulate_cold", "simulate_warm", "pd_cold"]
-    med = {k: float(np.median([r[k]["seconds"] for r in rounds])) for k in keys}
+    keys = ["install", "make_run", "simulate_cold", "simulate_warm", "pd_cold",
+            "compiled_ready", "simulate_compile"]
+    med = {k: float(np.median([r[k]["seconds"] for r in rounds if k in r])) for k in keys
+           if any(k in r for r in rounds)}
     med["fresh_clone_make_run_total"] = float(np.median(
         [r["install"]["seconds"] + r["make_run"]["seconds"] for r in rounds]))
     med["install_lines"] = float(np.median([r["install"]["lines"] for r in rounds]))
     return med
 
 
+def _cell(value: float | None) -> str:
+    return "--" if value is None else f"{value:.1f}"
+
+
 def _markdown(report: dict, before: dict | None) -> str:
     m = report["median_seconds"]
+    first = report["rounds"][0]
     b = before["median_seconds"] if before else None
     rows = [
         ("fresh clone: `make run` incl. install", m["fresh_clone_make_run_total"]),
         ("  of which the install (venv + `pip install -e .[dev]`)", m["install"]),
         ("  of which `serveplan search` (cold numba cache)", m["make_run"]),
+        ("compiled code ready, from the start of `make run`", m.get("compiled_ready")),
         (f"first `serveplan simulate {COLOCATED}` (cold cache)", m["simulate_cold"]),
-        ("the same, second time (warm cache)", m["simulate_warm"]),
+        ("the same, once compiled (warm cache)", m["simulate_warm"]),
         (f"first `serveplan simulate {PD}` (cold cache)", m["pd_cold"]),
+        ("the colocated one on a cold cache, `SERVEPLAN_JIT=compile` (waits for the compile)",
+         m.get("simulate_compile")),
     ]
-    keys = ["fresh_clone_make_run_total", "install", "make_run", "simulate_cold",
-            "simulate_warm", "pd_cold"]
+    keys = ["fresh_clone_make_run_total", "install", "make_run", "compiled_ready",
+            "simulate_cold", "simulate_warm", "pd_cold", "simulate_compile"]
     loads = ", ".join(str(round(r["load_avg_1min"], 1)) for r in report["rounds"])
     lines = [
         "# First run: install, compile, first simulations",
@@ -120,17 +157,18 @@ def _markdown(report: dict, before: dict | None) -> str:
     ]
     if b is None:
         lines += ["| step | median (s) |", "|---|---|",
-                  *[f"| {name} | {value:.1f} |" for name, value in rows]]
+                  *[f"| {name} | {_cell(value)} |" for name, value in rows]]
     else:
         lines += [f"Before: `{before['command']}` ({before['source']}: {before['commit']}).",
                   "", "| step | before (s) | after (s) |", "|---|---|---|",
-                  *[f"| {name} | {b[k]:.1f} | {value:.1f} |"
+                  *[f"| {name} | {_cell(b.get(k))} | {_cell(value)} |"
                     for (name, value), k in zip(rows, keys, strict=True)]]
     lines += [
         "",
-        f"Lines printed by the install: {m['install_lines']:.0f}. Compile notice on the first "
-        f"cold run: {report['rounds'][0]['simulate_cold']['announced']!r}; on the warm run: "
-        f"{report['rounds'][0]['simulate_warm']['announced']!r}.",
+        f"Lines printed by the install: {m['install_lines']:.0f}. Notice on the first cold "
+        f"run: {first['simulate_cold']['announced']!r}; on the warm run: "
+        f"{first['simulate_warm']['announced']!r}; with `SERVEPLAN_JIT=compile`: "
+        f"{first.get('simulate_compile', {}).get('announced')!r}.",
     ]
     return "\n".join(lines) + "\n"
 

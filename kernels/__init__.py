@@ -22,6 +22,12 @@ A compile is announced
     process's own stderr (``sys.__stderr__``), not to a stream a caller swapped in, so
     the JSON a command prints on stdout stays parseable when the two are captured together.
 
+A first run does not wait for the compile
+    While the compiled code of the current sources is not in the cache, calls from Python
+    run the functions as Python (:mod:`.interpret`) and one background process compiles
+    them (:mod:`.jit_mode`, ``SERVEPLAN_JIT``); the :class:`Dispatcher` asks which on each
+    call from Python until the process is settled on compiled code.
+
 One compiled variant per argument type
     :func:`jit` is ``numba.njit`` whose compiled callers do not specialise it on constants:
     numba compiles a function called from compiled code once per *literal* argument
@@ -33,7 +39,6 @@ One compiled variant per argument type
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -42,9 +47,7 @@ from pathlib import Path
 from serveplan._version import __version__
 
 ANNOUNCEMENT = "compiling the simulator, once: ~{seconds} s"
-DEFAULT_COMPILE_S = 85.0
-"""The estimate for an empty cache directory: the cold compile of the simulator measured on
-a shared 2-core machine (bench/results/first_run.md)."""
+
 
 
 def _user_cache_base() -> Path:
@@ -91,52 +94,14 @@ from numba.core import types as _nb_types  # noqa: E402
 from numba.core.errors import ForceLiteralArg, TypingError  # noqa: E402
 from numba.core.registry import CPUDispatcher  # noqa: E402
 
-
-# ----------------------------------------------------------------------------- announcement
-def _timings_file() -> Path | None:
-    """Compile times are kept in numba's cache directory, next to what they produced."""
-    where = _nb_config.CACHE_DIR or os.environ.get("NUMBA_CACHE_DIR")
-    return Path(where) / "serveplan-compile-seconds.json" if where else None
-
-
-def _read_timings() -> dict[str, float]:
-    path = _timings_file()
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float)}
-
-
-def compile_estimate() -> float:
-    """Seconds a cold compile should take: the sum of the last measured compile of every
-    function a process compiled first into this cache directory (a conservative figure: a
-    command may compile only some of them), else :data:`DEFAULT_COMPILE_S`."""
-    total = sum(_read_timings().values())
-    return total if total > 0 else DEFAULT_COMPILE_S
-
-
-def _record(name: str, seconds: float) -> None:
-    timings = _read_timings()
-    timings[name] = round(seconds, 2)
-    path = _timings_file()
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(timings, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
-def _rounded(seconds: float) -> int:
-    return max(1, round(seconds)) if seconds < 20 else 5 * round(seconds / 5)
+from serveplan.kernels import jit_mode  # noqa: E402
+from serveplan.kernels.interpret import call_as_python  # noqa: E402
+from serveplan.kernels.jit_mode import (  # noqa: E402
+    DEFAULT_COMPILE_S,
+    _record,
+    _rounded,
+    compile_estimate,
+)
 
 
 def _is_ours(dispatcher) -> bool:
@@ -188,7 +153,13 @@ def _plain(t):
 
 class Dispatcher(CPUDispatcher):
     """numba's CPU dispatcher, compiled once per argument type for compiled callers (no
-    literal or narrow-integer variants; module doc)."""
+    literal or narrow-integer variants; module doc). A call from Python runs the function
+    as Python while :mod:`.jit_mode` says so."""
+
+    def __call__(self, *args, **kwargs):
+        if not jit_mode.STATE.settled and jit_mode.interpret_now():
+            return call_as_python(self, args, kwargs)
+        return super().__call__(*args, **kwargs)
 
     def get_call_template(self, args, kws):
         plain = tuple(_plain(a) for a in args)
@@ -218,4 +189,5 @@ def jit(fn=None, *, cache: bool = True, dispatcher: type[Dispatcher] = Dispatche
     return wrap if fn is None else wrap(fn)
 
 
-__all__ = ["ANNOUNCEMENT", "Dispatcher", "compile_estimate", "default_cache_dir", "jit"]
+__all__ = ["ANNOUNCEMENT", "DEFAULT_COMPILE_S", "Dispatcher", "compile_estimate",
+           "default_cache_dir", "jit"]

@@ -28,7 +28,8 @@ tokens.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from serveplan.kernels import jit
 
 PROB_ONE, NO_TYPE1, NO_TYPE2, NO_TYPE3, REQUEST_COUNT = 1, 2, 4, 8, 16
 VARIANTS = {
@@ -51,7 +52,7 @@ def survival_tables(surv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tab, 1.0 / tab
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def refresh_tables(surv, tab, inv_tab):
     """Refill ``tab``/``inv_tab`` in place after the estimator ``surv`` changed."""
     tab[0] = 1.0
@@ -62,7 +63,7 @@ def refresh_tables(surv, tab, inv_tab):
         inv_tab[i + 1] = 1.0 / v
 
 
-@njit(cache=True, fastmath=True, error_model="numpy")
+@jit(cache=True, fastmath=True, error_model="numpy")
 def projected_loads(now, tau, v_sys, tab, inv_tab, inv_delta,
                     act_count, act_lin, act_len, act_rate,
                     pend_count, pend_lin, pend_start, flags, out):
@@ -110,7 +111,7 @@ def projected_loads(now, tau, v_sys, tab, inv_tab, inv_delta,
         out[j] = acc
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def argmin_load(loads, eligible):
     """Index of the least loaded eligible instance (ties: lowest index); -1 if none."""
     best = -1
@@ -120,7 +121,7 @@ def argmin_load(loads, eligible):
     return best
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def slot_add(count, j, cols, values):
     """Append one entry to instance ``j``: ``cols[c][j, count[j]] = values[c]``; -1 if full."""
     s = count[j]
@@ -132,7 +133,7 @@ def slot_add(count, j, cols, values):
     return s
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def slot_remove(count, j, s, cols):
     """Remove slot ``s`` of instance ``j`` by moving the last slot into it; returns the
     slot index that moved (so the caller can update its back-pointer), or -1."""

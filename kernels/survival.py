@@ -1,7 +1,7 @@
 """Survival-estimator kernels: SIBYL's EMA bucket update and conditional survival.
 
-All kernels are ``@njit(cache=True)`` functions over flat arrays with no validation inside
-(the Python wrappers in :mod:`serveplan.queueing.survival` validate). Nothing is compiled at
+All kernels are cached :func:`serveplan.kernels.jit` functions over flat arrays with no
+validation inside (the Python wrappers in :mod:`serveplan.queueing.survival` validate). Nothing is compiled at
 import: compilation happens on the first call (or is loaded from numba's on-disk cache).
 
 State layout shared by every kernel (the *online survival state*):
@@ -23,7 +23,8 @@ last boundary it is held constant at ``surv[-1]``. Every kernel has a NumPy refe
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from serveplan.kernels import jit
 
 __all__ = [
     "REFERENCE",
@@ -45,7 +46,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def ema_survival_update(surv, delta, alpha, final_len):
     """Apply SIBYL Eq. (4) for one completion of length ``final_len``, in place.
 
@@ -59,7 +60,7 @@ def ema_survival_update(surv, delta, alpha, final_len):
             surv[i] = alpha * surv[i]
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def ema_survival_update_many(surv, delta, alpha, final_lens):
     """Apply :func:`ema_survival_update` for each completion in ``final_lens`` in order."""
     w = 1.0 - alpha
@@ -73,7 +74,7 @@ def ema_survival_update_many(surv, delta, alpha, final_lens):
                 surv[i] = alpha * surv[i]
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def _table(surv):
     """Padded node table ``[1, surv[0], ..., surv[n-1], surv[n-1]]`` (branch-free lookups)."""
     n = surv.shape[0]
@@ -85,7 +86,7 @@ def _table(surv):
     return tab
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@jit(cache=True, inline="always", error_model="numpy")
 def _interp(tab, inv_delta, fn, length):
     """Piecewise-linear S-hat at ``length`` from the padded table (flat outside [0, n*delta])."""
     x = min(max(length * inv_delta, 0.0), fn)
@@ -94,7 +95,7 @@ def _interp(tab, inv_delta, fn, length):
     return lo + (x - i) * (tab[i + 1] - lo)
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def survival_at(surv, delta, lengths, out):
     """Write S-hat(lengths[k]) into ``out[k]`` (linear interpolation between boundaries)."""
     tab = _table(surv)
@@ -104,7 +105,7 @@ def survival_at(surv, delta, lengths, out):
         out[k] = _interp(tab, inv, fn, lengths[k])
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def conditional_survival(surv, delta, l_now, l_future, out):
     """Write P_k = S-hat(l_future[k]) / S-hat(l_now[k]) (SIBYL Eq. 3/6) into ``out[k]``.
 
@@ -120,7 +121,7 @@ def conditional_survival(surv, delta, l_now, l_future, out):
         out[k] = p if den > 0.0 else 1.0
 
 
-@njit(cache=True, error_model="numpy")
+@jit(cache=True, error_model="numpy")
 def projected_active_load(surv, delta, instance, l_in, l_now, rate, horizon, out):
     """Accumulate SIBYL Eq. (6) per instance: ``out[j] = sum_k M_k * P_k`` over k on j.
 

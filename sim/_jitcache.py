@@ -35,7 +35,8 @@ from pathlib import Path
 
 from numba.core.cpu import CPUTargetOptions
 
-from serveplan.kernels import Dispatcher, jit
+from serveplan.kernels import Dispatcher, jit, jit_mode
+from serveplan.kernels.interpret import call_as_python
 
 _NO_NRT = {"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {}
 _NO_WRAPPERS = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
@@ -58,6 +59,8 @@ class CompiledCallersOnly(Dispatcher):
     (module doc). Compiled callers see it as any numba function."""
 
     def __call__(self, *args, **kwargs):
+        if not jit_mode.STATE.settled and jit_mode.interpret_now():
+            return call_as_python(self, args, kwargs)
         twin = self.__dict__.get("_twin")
         if twin is None:
             twin = self._twin = _python_twin(self)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from serveplan.kernels import jit_mode
+
 from . import _jitcache
 from .costs import FittedThroughputCost, decode_rate, make_cost_tables, prefill_seconds
 from .handoff import (
@@ -353,6 +355,7 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps,
                                  frontend)
     n = len(requests)
+    jit_mode.prefer_compiled(python_seconds(w, len(pools)))
     if n and policy is None:
         run_loop(world, 0.0)
     elif n:
@@ -376,6 +379,18 @@ class _Workload:
     ignored: np.ndarray
     arrival: np.ndarray
     conc: int
+
+
+PYTHON_S_PER_TOKEN, PYTHON_S_PER_REQUEST = 4e-6, 5e-4
+"""The simulator run as Python (:mod:`serveplan.kernels.interpret`), per prompt or output
+token and per request of each pool: an upper envelope of colocated, closed-loop and PD runs
+of Llama-3.1-8B measured on a shared 2-core machine (bench/results/first_run.md)."""
+
+
+def python_seconds(w: _Workload, n_pools: int) -> float:
+    """Rough seconds the run would take as Python (the constants above)."""
+    tokens = float(w.prompt.sum() + w.output.sum())
+    return n_pools * (PYTHON_S_PER_TOKEN * tokens + PYTHON_S_PER_REQUEST * len(w.prompt))
 
 
 def _workload(requests, pools) -> _Workload:

@@ -40,7 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from serveplan.kernels import jit
 
 from ._jitcache import sim_jit
 
@@ -108,7 +109,7 @@ def cost_tables(cost, prompt: np.ndarray, output: np.ndarray, *, max_prefill_bat
     return CostTables(pre, pg, dec, cg)
 
 
-@njit(cache=True)
+@jit(cache=True)
 def _interp(tab, row, grid, x):
     n = grid.shape[0]
     if n == 1 or x <= grid[0]:
@@ -122,7 +123,7 @@ def _interp(tab, row, grid, x):
     return tab[row, j] * (1.0 - w) + tab[row, j + 1] * w
 
 
-@njit(cache=True)
+@jit(cache=True)
 def _decode_box_time(tab, grid, b_busy, tau, prompt_r, output_r):
     """Seconds a request occupies its box: (L_out - 1) steps at the pseudo batch size."""
     bd = int(np.floor((b_busy + 1) / tau))
@@ -131,7 +132,7 @@ def _decode_box_time(tab, grid, b_busy, tau, prompt_r, output_r):
     return (output_r - 1) * _interp(tab, bd - 1, grid, ctx)
 
 
-@njit(cache=True)
+@jit(cache=True)
 def _prefill_batch_time(tab, grid, k, tokens):
     k = min(k, tab.shape[0])
     return _interp(tab, k - 1, grid, tokens / k)
@@ -209,7 +210,7 @@ def _admit_prefill(head, nxt, nbox, max_seqs, prompt, output, kv_used, kv_cap, b
     return k, tokens, kv_used
 
 
-@njit(cache=True)
+@jit(cache=True)
 def _colocated_instance(arrival, prompt, output, ptab, pgrid, dtab, cgrid, max_seqs, budget,
                         kv_cap, tau, t_first, t_finish):
     """One colocated instance, prefill priority with suspension (requests in arrival order)."""
@@ -249,7 +250,7 @@ def _colocated_instance(arrival, prompt, output, ptab, pgrid, dtab, cgrid, max_s
                     box_end[j] += dur
 
 
-@njit(cache=True)
+@jit(cache=True)
 def _colocated(arrival, prompt, output, n_inst, ptab, pgrid, dtab, cgrid, max_seqs, budget,
                kv_cap, tau, t_first, t_finish):
     n = arrival.shape[0]
@@ -265,7 +266,7 @@ def _colocated(arrival, prompt, output, n_inst, ptab, pgrid, dtab, cgrid, max_se
 
 
 # ------------------------------------------------------------------------------ PD
-@njit(cache=True)
+@jit(cache=True)
 def _prefill_pool(arrival, prompt, n_inst, ptab, pgrid, max_seqs, budget, t_done):
     """Algorithm 2: a shared FIFO queue served by ``n_inst`` batching prefill servers."""
     m = arrival.shape[0]
@@ -291,7 +292,7 @@ def _prefill_pool(arrival, prompt, n_inst, ptab, pgrid, max_seqs, budget, t_done
         head += k
 
 
-@njit(cache=True)
+@jit(cache=True)
 def _release(box_end, box_kv, nbox, kv_used, i, t):
     """Free instance ``i``'s boxes whose decode ended by ``t``."""
     j = 0
@@ -305,7 +306,7 @@ def _release(box_end, box_kv, nbox, kv_used, i, t):
             j += 1
 
 
-@njit(cache=True)
+@jit(cache=True)
 def _decode_pool(order, ready, prompt, output, n_inst, dtab, cgrid, max_seqs, kv_cap, tau,
                  t_start, t_finish):
     """Algorithm 3: FIFO (by ready time) into the instance with the most free boxes."""

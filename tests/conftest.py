@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Compiled code throughout, compiled once (here and in the CLI subprocesses the tests start),
+# not a Python run beside a background compile; tests/test_interpret.py tests that mode.
+os.environ.setdefault("SERVEPLAN_JIT", "compile")
 
 
 @pytest.fixture(scope="session")

@@ -41,3 +41,10 @@ def _main(
                                  help="Print the version and exit."),
 ) -> None:
     """Plan LLM serving deployments on one CPU."""
+    from serveplan.kernels import jit_mode
+
+    try:
+        jit_mode.mode_from_env()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
