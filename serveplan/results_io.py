@@ -63,6 +63,9 @@ UNITS = {
     "strategy": "1", "request": "1", "instance": "1",
     "step": "1", "routed_to": "1", "num_preemptions": "1", "percentile": "1", "cv": "1",
     "time_scale": "1", "router": "1",
+    # money
+    "cost_per_hour": "USD/h", "goodput_per_dollar": "requests/USD", "spend_ratio": "1",
+    "cost_efficiency": "1",
 }
 """Variable name -> unit. ``1`` is dimensionless (CF convention)."""
 

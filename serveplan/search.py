@@ -56,7 +56,10 @@ from serveplan.estimator.specs import SpecError
 from serveplan.fidelity import PreparedDeployment, Workspace, resolve_fidelity
 from serveplan.goodput import Seeds, analytic_goodput, find_goodput, simulator_size
 from serveplan.pools_config import MAX_GPUS, Gpus, Requests, Seqs, Tokens, _error
+from serveplan.pricing import hourly_cost, price_table
+from serveplan.search_dataset import strategy_dataset, strategy_label
 from serveplan.search_report import search_table
+from serveplan.user_input import UserError
 
 __all__ = ["SearchSpec", "count_strategies", "enumerate_strategies", "run_search",
            "search_table"]
@@ -75,7 +78,8 @@ class SearchSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str
-    gpu: str
+    gpu: str = Field(description="GPU type, or several comma-separated (h100,h20): every "
+                     "role pool may use any of them.")
     gpus: Gpus = Field(ge=1, description="GPU budget.")
     isl: Length = 2048
     osl: Length = 256
@@ -102,6 +106,16 @@ class SearchSpec(BaseModel):
     rtol: float = Field(0.05, gt=0, lt=1)
     top: int = Field(3, ge=1, description="Strategies decided before bound pruning starts.")
     max_decide: int = Field(12, ge=1, description="Most strategies decided at fidelity.")
+    rank_by: Literal["gpu", "dollar"] = Field("gpu", description="Rank by goodput per GPU or "
+                                              "per dollar (requests per dollar).")
+    prices: dict[str, float] = Field(default_factory=dict, description="Dollars per "
+                                     "GPU-hour by GPU type, over the shipped defaults.")
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types, as given (the first is the baseline of spend ratio and cost
+        efficiency)."""
+        return tuple(dict.fromkeys(g.strip() for g in self.gpu.split(",") if g.strip()))
 
     @model_validator(mode="after")
     def _check(self):
@@ -136,8 +150,8 @@ class SearchSpec(BaseModel):
         longest = _max_len(self.isl) + _max_len(self.osl)
         return max(4096, 1 << math.ceil(math.log2(longest)))
 
-    def instance(self, tp: int) -> dict:
-        out = {"model": self.model, "gpu": self.gpu, "tp": tp, "pp": self.pp, "ep": self.ep,
+    def instance(self, tp: int, gpu: str | None = None) -> dict:
+        out = {"model": self.model, "gpu": gpu or self.gpu_types[0], "tp": tp, "pp": self.pp, "ep": self.ep,
                "max_num_seqs": self.max_num_seqs,
                "gpu_memory_utilization": self.gpu_memory_utilization,
                "max_model_len": self.resolved_max_model_len(), "scheduler": self.scheduler}
@@ -176,12 +190,12 @@ def _pd_counts(spec: SearchSpec):
 def count_strategies(spec: SearchSpec, stop: int | None = None) -> int:
     """How many strategies :func:`enumerate_strategies` builds (without building them);
     with ``stop``, counting ends at the first count above it."""
-    n = 0
+    n, types = 0, len(spec.gpu_types)
     if "colocated" in spec.architectures:
-        n += sum(spec.gpus // (t * spec.pp) for t in spec.tp)
+        n += types * sum(spec.gpus // (t * spec.pp) for t in spec.tp)
     if "pd" in spec.architectures:
         for *_, z_max in _pd_counts(spec):
-            n += z_max
+            n += types * types * z_max
             if stop is not None and n > stop:
                 break
     return n
@@ -192,16 +206,20 @@ def enumerate_strategies(spec: SearchSpec) -> list:
     out = []
     g = spec.gpus
     per = {t: t * spec.pp for t in spec.tp}
+    types = spec.gpu_types
     if "colocated" in spec.architectures:
-        for t in spec.tp:
-            for x in range(1, g // per[t] + 1):
-                out.append(Deployment(**spec.instance(t), num_instances=x))
+        for gpu in types:
+            for t in spec.tp:
+                for x in range(1, g // per[t] + 1):
+                    out.append(Deployment(**spec.instance(t, gpu), num_instances=x))
     if "pd" in spec.architectures:
-        for tp_p, tp_d, y, z_max in _pd_counts(spec):
-            for z in range(1, z_max + 1):
-                out.append(PDDeployment(
-                    prefill=Pool(**spec.instance(tp_p), num_instances=y),
-                    decode=Pool(**spec.instance(tp_d), num_instances=z)))
+        for gpu_p in types:
+            for gpu_d in types:
+                for tp_p, tp_d, y, z_max in _pd_counts(spec):
+                    for z in range(1, z_max + 1):
+                        out.append(PDDeployment(
+                            prefill=Pool(**spec.instance(tp_p, gpu_p), num_instances=y),
+                            decode=Pool(**spec.instance(tp_d, gpu_d), num_instances=z)))
     return out
 
 
@@ -264,6 +282,7 @@ class _Row:
     summary: str = ""
     min_ttft: float = float("nan")
     min_tpot: float = float("nan")
+    cost: float = float("nan")  # dollars per hour (NaN: a GPU type without a price)
 
     @property
     def gpus(self) -> int:
@@ -272,14 +291,22 @@ class _Row:
     def per_gpu(self, value: float) -> float:
         return value / self.gpus
 
+    def per_dollar(self, value: float) -> float:
+        """Requests served per dollar at ``value`` req/s."""
+        return 3600.0 * value / self.cost
+
+    def score(self, value: float, rank_by: str) -> float:
+        return self.per_dollar(value) if rank_by == "dollar" else self.per_gpu(value)
+
 
 def _family(d, spec: SearchSpec) -> tuple[tuple, int]:
     """``(ratio key, multiple)``: strategies with one key differ only by an integer scale."""
     if isinstance(d, PDDeployment):
         y, z = d.prefill.num_instances, d.decode.num_instances
         g = math.gcd(y, z)
-        return ("pd", d.prefill.tp, d.decode.tp, y // g, z // g), g
-    return ("colocated", d.tp), d.num_instances
+        return ("pd", d.prefill.gpu, d.decode.gpu, d.prefill.tp, d.decode.tp, y // g,
+                z // g), g
+    return ("colocated", d.gpu, d.tp), d.num_instances
 
 
 def _mark_dominated(rows: list[_Row], spec: SearchSpec) -> None:
@@ -297,7 +324,7 @@ def _mark_dominated(rows: list[_Row], spec: SearchSpec) -> None:
         top = best[_family(row.deployment, spec)[0]]
         if top is not row:
             row.status = "dominated"
-            row.reason = f"goodput per GPU at most that of {_name(top.deployment)}"
+            row.reason = f"goodput per GPU at most that of {strategy_label(top.deployment)}"
 
 
 def _prepare(rows: list[_Row], spec: SearchSpec, ws: Workspace, seeds) -> None:
@@ -366,18 +393,23 @@ def run_search(spec: SearchSpec, *, workspace: Workspace | None = None, progress
     ws = workspace if workspace is not None else Workspace()
     seeds = tuple(range(spec.seed, spec.seed + spec.seeds))
     resolve_model(spec.model)  # an unknown or unreadable model or GPU: one error, not one
-    resolve_gpu(spec.gpu)      # "invalid" row per strategy
+    for gpu in spec.gpu_types:  # "invalid" row per strategy
+        resolve_gpu(gpu)
+    prices = price_table(spec.prices)
     rows = [_Row(d) for d in enumerate_strategies(spec)]
+    for row in rows:
+        row.cost = _cost(row.deployment, prices, required=spec.rank_by == "dollar")
     t0 = time.perf_counter()
     _prepare(rows, spec, ws, seeds)
     _mark_dominated(rows, spec)
     ok = [r for r in rows if r.status == "pending"]
-    ok.sort(key=lambda r: (-r.per_gpu(r.bound), -r.per_gpu(r.analytic), r.gpus))
-    best: list[float] = []  # decided goodputs per GPU, descending
+    rank_by = spec.rank_by
+    ok.sort(key=lambda r: (-r.score(r.bound, rank_by), -r.score(r.analytic, rank_by), r.gpus))
+    best: list[float] = []  # decided scores (goodput per GPU or per dollar), descending
     decided = 0
     for row in ok:
         incumbent = best[spec.top - 1] if len(best) >= spec.top else -1.0
-        if row.per_gpu(row.bound) < incumbent or row.bound == 0.0:
+        if row.score(row.bound, rank_by) < incumbent or row.bound == 0.0:
             row.status = "pruned"
             row.reason = ("analytic bound below the incumbent" if row.bound > 0 else
                           impossible_reason(row, spec.slo))
@@ -387,10 +419,20 @@ def run_search(spec: SearchSpec, *, workspace: Workspace | None = None, progress
             continue
         _decide(row, spec, seeds)
         decided += 1
-        best = sorted([*best, row.per_gpu(row.goodput)], reverse=True)
+        best = sorted([*best, row.score(row.goodput, rank_by)], reverse=True)
         if progress is not None:
             progress(decided, len(ok), strategy_name(row.deployment))
-    return _dataset(rows, spec, time.perf_counter() - t0)
+    return strategy_dataset(rows, spec, time.perf_counter() - t0)
+
+
+def _cost(deployment, prices, *, required: bool) -> float:
+    """Dollars per hour; NaN for a GPU type without a price unless ranking needs it."""
+    try:
+        return hourly_cost(deployment, prices)
+    except UserError:
+        if required:
+            raise
+        return float("nan")
 
 
 def _decide(row: _Row, spec: SearchSpec, seeds) -> None:
@@ -405,76 +447,3 @@ def _decide(row: _Row, spec: SearchSpec, seeds) -> None:
     if at is not None:
         row.ttft, row.tpot = at.ttft.estimate, at.tpot.estimate
     row.seconds = time.perf_counter() - t
-
-
-def _coords(d) -> dict:
-    if isinstance(d, PDDeployment):
-        return {"architecture": "pd", "n_prefill": d.prefill.num_instances,
-                "n_decode": d.decode.num_instances, "tp_prefill": d.prefill.tp,
-                "tp_decode": d.decode.tp}
-    return {"architecture": "colocated", "n_prefill": d.num_instances,
-            "n_decode": d.num_instances, "tp_prefill": d.tp, "tp_decode": d.tp}
-
-
-def _name(d) -> str:
-    c = _coords(d)
-    if c["architecture"] == "pd":
-        tp = (f"tp{c['tp_prefill']}" if c["tp_prefill"] == c["tp_decode"]
-              else f"tp{c['tp_prefill']}/{c['tp_decode']}")
-        return f"{strategy_name(d)}-{tp}"
-    return f"{strategy_name(d)}-tp{c['tp_prefill']}"
-
-
-_ORDER = {"decided": 0, "budget": 1, "dominated": 2, "pruned": 3, "oom": 4, "invalid": 5}
-
-
-def _dataset(rows: list[_Row], spec: SearchSpec, seconds: float):
-    import xarray as xr
-
-    from serveplan import __version__
-
-    def key(r: _Row):
-        value = r.per_gpu(r.goodput) if r.status == "decided" else r.per_gpu(r.analytic)
-        return (_ORDER.get(r.status, 9), -(value if value == value else -1.0), r.gpus)
-
-    rows = sorted(rows, key=key)
-    coords = {k: ("strategy", [_coords(r.deployment)[k] for r in rows])
-              for k in ("architecture", "n_prefill", "n_decode", "tp_prefill", "tp_decode")}
-    coords["name"] = ("strategy", [_name(r.deployment) for r in rows])
-    coords["gpus"] = ("strategy", np.array([r.gpus for r in rows], dtype=np.int64))
-    coords["strategy"] = np.arange(len(rows))
-
-    def col(f):
-        return ("strategy", np.array([f(r) for r in rows], dtype=np.float64))
-
-    data = {
-        "goodput": col(lambda r: r.goodput),
-        "goodput_low": col(lambda r: r.low),
-        "goodput_high": col(lambda r: r.high),
-        "goodput_per_gpu": col(lambda r: r.per_gpu(r.goodput)),
-        "analytic_goodput": col(lambda r: r.analytic),
-        "analytic_per_gpu": col(lambda r: r.per_gpu(r.analytic)),
-        "upper_bound": col(lambda r: r.bound),
-        "ttft_p_s": col(lambda r: r.ttft),
-        "tpot_p_s": col(lambda r: r.tpot),
-        "min_ttft_s": col(lambda r: r.min_ttft),
-        "min_tpot_s": col(lambda r: r.min_tpot),
-        "decide_seconds": col(lambda r: r.seconds),
-        "status": ("strategy", np.array([r.status for r in rows], dtype=object)),
-        "reason": ("strategy", np.array([r.reason for r in rows], dtype=object)),
-        "binding": ("strategy", np.array([r.binding for r in rows], dtype=object)),
-        "censored": ("strategy", np.array([r.censored for r in rows], dtype=np.int8)),
-        "summary": ("strategy", np.array([r.summary for r in rows], dtype=object)),
-        "fidelity": ("strategy", np.array([r.fidelity for r in rows], dtype=object)),
-        "deployment": ("strategy", np.array([r.deployment.model_dump_json() for r in rows],
-                                            dtype=object)),
-    }
-    ranked = [i for i, r in enumerate(rows) if r.status == "decided"]
-    rank = np.zeros(len(rows), dtype=np.int64)
-    for k, i in enumerate(ranked):
-        rank[i] = k + 1
-    data["rank"] = ("strategy", rank, {"description": "1 = best decided; 0 = not decided"})
-    attrs = {"spec": spec.model_dump_json(), "serveplan_version": __version__,
-             "slo": spec.slo.model_dump_json(), "search_seconds": seconds,
-             "kind": "search"}
-    return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -25,8 +25,8 @@ STATUS_MEANING = {
     "decided": "goodput found at the fidelity in `level`",
     "dominated": "an integer multiple of a larger strategy that also fits the budget; the "
                  "larger one has at least its goodput per GPU, so only it is decided",
-    "pruned": "its upper bound per GPU is below the goodput per GPU of the best decided "
-              "strategies, or it cannot meet the SLO at any rate",
+    "pruned": "its upper bound (per GPU, or per dollar with --rank-by dollar) is below the "
+              "goodput of the best decided strategies, or it cannot meet the SLO at any rate",
     "budget": "not decided: --max-decide strategies were decided first",
     "oom": "does not fit in GPU memory",
     "invalid": "the parallelism does not apply to the model (e.g. TP not dividing the heads)",
@@ -59,30 +59,48 @@ def search_table(ds, limit: int = 20):
 
     spec = json.loads(ds.attrs["spec"])
     p, slo = _slo_text(ds)
-    t = Table(title=f"{spec['model']} on {spec['gpus']}x {spec['gpu']}: goodput per GPU, "
+    money, efficiency = _has_prices(ds), _mixed(ds)
+    per = "dollar" if ds.attrs.get("rank_by") == "dollar" else "GPU"
+    t = Table(title=f"{spec['model']} on {spec['gpus']}x {spec['gpu']}: goodput per {per}, "
               f"{slo}", title_justify="left")
-    for col, just in (("#", "right"), ("strategy", "left"), ("GPUs", "right"),
-                      ("req/s/GPU", "right"), ("req/s [a, b)", "right"),
-                      ("analytic", "right"), (f"{p} TTFT", "right"), (f"{p} TPOT", "right"),
-                      ("level", "left"), ("binds", "left"), ("status", "left")):
+    columns = [("#", "right"), ("strategy", "left"), ("GPUs", "right"),
+               ("req/s/GPU", "right"), ("req/s [a, b)", "right"), ("analytic", "right"),
+               (f"{p} TTFT", "right"), (f"{p} TPOT", "right")]
+    columns += [("$/h", "right"), ("req/$", "right")] if money else []
+    columns += [("CE", "right")] if efficiency else []
+    for col, just in (*columns, ("level", "left"), ("binds", "left"), ("status", "left")):
         t.add_column(col, justify=just, no_wrap=True)
     for i in range(min(limit, ds.sizes["strategy"])):
         r = ds.isel(strategy=i)
         decided = str(r["status"].values) == "decided"
         censored = decided and bool(_var(r, "censored", 0))
-        t.add_row(str(int(r["rank"])) if int(r["rank"]) else "",
-                  str(r["name"].values), str(int(r["gpus"])),
-                  ("≥ " if censored else "")
-                  + _f(float(r["goodput_per_gpu"] if decided else r["analytic_per_gpu"]), 3)
-                  + ("" if decided else "*"),
-                  (f"{_f(float(r['goodput']))} [{_f(float(r['goodput_low']))}, "
-                   f"{_f(float(r['goodput_high']))})") if decided else "—",
-                  _f(float(r["analytic_goodput"])),
-                  _f(float(r["ttft_p_s"]) * 1e3, 0) + (" ms" if decided else ""),
-                  _f(float(r["tpot_p_s"]) * 1e3, 1) + (" ms" if decided else ""),
-                  str(r["fidelity"].values), str(_var(r, "binding")),
+        cells = [str(int(r["rank"])) if int(r["rank"]) else "",
+                 str(r["name"].values), str(int(r["gpus"])),
+                 ("≥ " if censored else "")
+                 + _f(float(r["goodput_per_gpu"] if decided else r["analytic_per_gpu"]), 3)
+                 + ("" if decided else "*"),
+                 (f"{_f(float(r['goodput']))} [{_f(float(r['goodput_low']))}, "
+                  f"{_f(float(r['goodput_high']))})") if decided else "—",
+                 _f(float(r["analytic_goodput"])),
+                 _f(float(r["ttft_p_s"]) * 1e3, 0) + (" ms" if decided else ""),
+                 _f(float(r["tpot_p_s"]) * 1e3, 1) + (" ms" if decided else "")]
+        if money:
+            cells += [_f(float(r["cost_per_hour"])),
+                      _f(float(r["goodput_per_dollar"]), 0) if decided else "—"]
+        if efficiency:
+            cells.append(_f(float(r["cost_efficiency"])))
+        t.add_row(*cells, str(r["fidelity"].values), str(_var(r, "binding")),
                   str(r["status"].values))
     return t
+
+
+def _mixed(ds) -> bool:
+    """Several GPU types and a baseline to measure cost efficiency against."""
+    return bool(ds.attrs.get("baseline")) and "," in json.loads(ds.attrs["spec"])["gpu"]
+
+
+def _has_prices(ds) -> bool:
+    return "cost_per_hour" in ds and bool(np.isfinite(ds["cost_per_hour"].values).any())
 
 
 def legend(ds) -> str:
@@ -90,8 +108,9 @@ def legend(ds) -> str:
     spec = json.loads(ds.attrs["spec"])
     conf = spec.get("confidence", 0.95)
     present = [s for s in STATUS_MEANING if (ds["status"].values == s).any()]
+    per = "per dollar" if ds.attrs.get("rank_by") == "dollar" else "per GPU"
     lines = [
-        "#: rank among decided strategies by goodput per GPU (1 = best).",
+        f"#: rank among decided strategies by goodput {per} (1 = best).",
         "req/s/GPU: goodput per GPU; * = analytic estimate (not decided at fidelity); "
         "≥ = censored (the SLO still held at the highest rate the runs can vouch for).",
         f"req/s [a, b): goodput and its {conf:.0%} interval: the SLO is met with confidence "
@@ -104,6 +123,13 @@ def legend(ds) -> str:
         "not the SLO).",
         "status: " + "; ".join(f"{s} = {STATUS_MEANING[s]}" for s in present) + ".",
     ]
+    if _has_prices(ds):
+        lines.append("$/h: the strategy's GPUs times their price per GPU-hour (--price); "
+                     "req/$: requests served per dollar at the goodput.")
+    if _mixed(ds):
+        lines.append(f"CE: cost efficiency, requests per dollar relative to the baseline "
+                     f"{ds.attrs['baseline']} (the best all-{spec['gpu'].split(',')[0]} "
+                     "strategy; Frontier §6.2); above 1 serves more per dollar.")
     return "\n".join(lines)
 
 
@@ -142,21 +168,48 @@ def recommendation(ds) -> str:
     ranked = [int(i) for i in np.argsort(ds["rank"].values) if ds["rank"].values[i] > 0]
     best = ds.isel(strategy=ranked[0])
     text = (f"Deploy {best['name'].values} ({_describe(best)}; {int(best['gpus'])} of "
-            f"{spec['gpus']:,} GPUs): {_goodput_text(best)}; {_binds_text(best)}.")
-    if len(ranked) < 2 or not float(ds["goodput_per_gpu"].values[ranked[1]]) > 0:
+            f"{spec['gpus']:,} GPUs): {_goodput_text(best)}{_money_text(best)}; "
+            f"{_binds_text(best)}.{_baseline_text(ds, best)}")
+    score, unit = (("goodput_per_dollar", "requests per dollar")
+                   if ds.attrs.get("rank_by") == "dollar" else ("goodput_per_gpu", "req/s per GPU"))
+    if len(ranked) < 2 or not float(ds[score].values[ranked[1]]) > 0:
         return text + " No other strategy was decided with a positive goodput."
     second = ds.isel(strategy=ranked[1])
-    a, b = float(best["goodput_per_gpu"]), float(second["goodput_per_gpu"])
+    a, b = float(best[score]), float(second[score])
     text += (f" Runner-up: {second['name'].values} ({_plural(int(second['gpus']), 'GPU')}) "
-             f"at {b:,.2f} req/s per GPU, {(a - b) / a:.1%} lower.")
+             f"at {b:,.2f} {unit}, {(a - b) / a:.1%} lower.")
     if all(str(_var(r, "binding")) == "capacity" for r in (best, second)):
         text += (" Both are capacity-bound, so this order is that of their analytic capacity "
                  "bounds; longer runs (--requests) would test them nearer capacity.")
-    if (float(best["goodput_low"]) / int(best["gpus"])
-            < float(second["goodput_high"]) / int(second["gpus"])):
-        text += (" Their per-GPU intervals overlap: the order is not resolved at this run "
+    if (float(best["goodput_low"]) / _size(ds, best)
+            < float(second["goodput_high"]) / _size(ds, second)):
+        text += (f" Their intervals ({unit}) overlap: the order is not resolved at this run "
                  "length (more --seeds or --requests would settle it).")
     return text
+
+
+def _size(ds, r) -> float:
+    """What the ranking divides a goodput by: GPUs, or dollars per second."""
+    if ds.attrs.get("rank_by") == "dollar":
+        return float(r["cost_per_hour"]) / 3600.0
+    return float(int(r["gpus"]))
+
+
+def _money_text(r) -> str:
+    """``, $11.80/h, 17,080 requests per dollar`` where the GPUs have prices."""
+    if "cost_per_hour" not in r or not float(r["cost_per_hour"]) > 0:
+        return ""
+    return (f", ${float(r['cost_per_hour']):,.2f}/h, "
+            f"{float(r['goodput_per_dollar']):,.0f} requests per dollar")
+
+
+def _baseline_text(ds, best) -> str:
+    """Spend ratio and cost efficiency against the homogeneous baseline (mixed GPU types)."""
+    if not _mixed(ds) or str(best["name"].values) == ds.attrs["baseline"]:
+        return ""
+    return (f" Against the best all-{json.loads(ds.attrs['spec'])['gpu'].split(',')[0]} "
+            f"strategy {ds.attrs['baseline']}: spend ratio {float(best['spend_ratio']):.2f}, "
+            f"cost efficiency {float(best['cost_efficiency']):.2f} (Frontier §6.2).")
 
 
 def _describe(r) -> str:

@@ -28,7 +28,8 @@ GpusOpt = typer.Option(8, "--gpus", min=1, help="GPU budget (at most 1,024, and 
 FLAGS = {"gpus": "--gpus", "isl": "--isl", "osl": "--osl", "tp": "--tp",
          "architectures": "--arch", "fidelity": "--fidelity", "num_requests": "--requests",
          "seeds": "--seeds", "rtol": "--rtol", "top": "--top", "max_decide": "--max-decide",
-         "max_num_seqs": "--max-num-seqs", "max_model_len": "--max-model-len"}
+         "max_num_seqs": "--max-num-seqs", "max_model_len": "--max-model-len",
+         "gpu": "--gpu", "rank_by": "--rank-by", "prices": "--price"}
 """The option of each :class:`SearchSpec` field the command sets."""
 
 
@@ -64,15 +65,26 @@ def _summary(ds) -> list[dict]:
                      "binding": str(r["binding"].values),
                      "censored": bool(int(r["censored"])),
                      "analytic_goodput": float(r["analytic_goodput"]),
-                     "fidelity": str(r["fidelity"].values)})
+                     "fidelity": str(r["fidelity"].values),
+                     **{k: _number(r, k) for k in MONEY if k in r}})
     return rows
+
+
+MONEY = ("cost_per_hour", "goodput_per_dollar", "spend_ratio", "cost_efficiency")
+
+
+def _number(r, name: str) -> float | None:
+    value = float(r[name])
+    return value if value == value else None  # NaN (no price, no baseline) -> null
 
 
 @app.command()
 @report_errors
 def search(
     model: str = typer.Option("llama-3.1-8b", "--model", help="Catalog name or config.json."),
-    gpu: str = typer.Option("h100", "--gpu", help="Catalog name or GPU YAML."),
+    gpu: str = typer.Option("h100", "--gpu", help="GPU type (catalog name or YAML), or "
+                            "several comma-separated (h100,h20): each role pool may use any; "
+                            "the first is the baseline of spend ratio and cost efficiency."),
     gpus: int = GpusOpt,
     isl: int = typer.Option(2048, "--isl", min=1, help="Input (prompt) length."),
     osl: int = typer.Option(64, "--osl", min=1, help="Output length."),
@@ -97,12 +109,18 @@ def search(
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", min=2, help="Longest request in tokens (default: next power "
         "of 2 above the longest request, at least 4096)."),
+    rank_by: str = typer.Option("gpu", "--rank-by", help="gpu: goodput per GPU; dollar: "
+                                "requests per dollar (needs a price for every GPU type)."),
+    price: list[str] = typer.Option([], "--price", help="Dollars per GPU-hour, GPU=USD "
+                                    "(repeatable; over the shipped defaults for h100, h200, "
+                                    "b200, a100-80gb, h800, h20)."),
     limit: int = typer.Option(20, "--limit", help="Rows shown."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the results (.nc)."),
     as_json: bool = typer.Option(False, "--json", help="Print decided strategies as JSON."),
 ) -> None:
     """Every colocated (xm) and disaggregated (ypzd) strategy x TP, ranked by goodput/GPU."""
     from serveplan.config import SLO
+    from serveplan.pricing import parse_prices
     from serveplan.results_io import write_netcdf
     from serveplan.search import run_search
     from serveplan.search_report import feasible
@@ -114,9 +132,11 @@ def search(
                  tp=_ints(tp, "tp"), architectures=archs, same_tp=same_tp,
                  fidelity=fidelity, num_requests=requests, seeds=seeds, rtol=rtol,
                  top=top, max_decide=max_decide, max_num_seqs=max_num_seqs,
-                 max_model_len=max_model_len)
+                 max_model_len=max_model_len, rank_by=rank_by.strip().lower(),
+                 prices=parse_prices(price))
     stream = sys.stderr if as_json else sys.stdout
-    console = Console(stderr=as_json, width=None if stream.isatty() else 140)
+    wide = rank_by.strip().lower() == "dollar" or "," in gpu  # the money columns
+    console = Console(stderr=as_json, width=None if stream.isatty() else 180 if wide else 140)
     with console.status("searching strategies ...") as status:
         ds = run_search(spec, progress=lambda d, n, name: status.update(
             f"decided {d} strategies (last: {name}) ..."))
