@@ -381,16 +381,18 @@ class _Workload:
     conc: int
 
 
-PYTHON_S_PER_TOKEN, PYTHON_S_PER_REQUEST = 4e-6, 5e-4
-"""The simulator run as Python (:mod:`serveplan.kernels.interpret`), per prompt or output
-token and per request of each pool: an upper envelope of colocated, closed-loop and PD runs
-of Llama-3.1-8B measured on a shared 2-core machine (bench/results/first_run.md)."""
+PYTHON_S_PER_OUTPUT_TOKEN, PYTHON_S_PER_REQUEST = 1.2e-5, 1e-3
+"""The simulator run as Python (:mod:`serveplan.kernels.interpret`), per output token and
+per request of each pool (prompt tokens cost little: a chunked prefill step takes thousands):
+an upper envelope of colocated Poisson, closed-loop and many-instance runs of Llama-3.1-8B
+measured on a shared 2-core machine (3.5-6.7 s for 1,000-5,000 requests), within 10 % of a
+prefill/decode run (bench/results/first_run.md)."""
 
 
 def python_seconds(w: _Workload, n_pools: int) -> float:
     """Rough seconds the run would take as Python (the constants above)."""
-    tokens = float(w.prompt.sum() + w.output.sum())
-    return n_pools * (PYTHON_S_PER_TOKEN * tokens + PYTHON_S_PER_REQUEST * len(w.prompt))
+    return n_pools * (PYTHON_S_PER_OUTPUT_TOKEN * float(w.output.sum())
+                      + PYTHON_S_PER_REQUEST * len(w.output))
 
 
 def _workload(requests, pools) -> _Workload:
