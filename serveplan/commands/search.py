@@ -25,6 +25,13 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 GpusOpt = typer.Option(8, "--gpus", min=1, help="GPU budget (at most 1,024, and at most "
                        "20,000 strategies: the pd space grows as gpus squared).")
+GpuOpt = typer.Option("h100", "--gpu", help="GPU type (catalog name or YAML), or several "
+                      "comma-separated (h100,h20): each role pool may use any; the first is "
+                      "the baseline of spend ratio and cost efficiency.")
+RankOpt = typer.Option("gpu", "--rank-by", help="gpu: goodput per GPU; dollar: requests per "
+                       "dollar (needs a price for every GPU type).")
+PriceOpt = typer.Option([], "--price", help="Dollars per GPU-hour, GPU=USD (repeatable; over "
+                        "the shipped defaults for h100, h200, b200, a100-80gb, h800, h20).")
 FLAGS = {"gpus": "--gpus", "isl": "--isl", "osl": "--osl", "tp": "--tp",
          "architectures": "--arch", "fidelity": "--fidelity", "num_requests": "--requests",
          "seeds": "--seeds", "rtol": "--rtol", "top": "--top", "max_decide": "--max-decide",
@@ -82,9 +89,7 @@ def _number(r, name: str) -> float | None:
 @report_errors
 def search(
     model: str = typer.Option("llama-3.1-8b", "--model", help="Catalog name or config.json."),
-    gpu: str = typer.Option("h100", "--gpu", help="GPU type (catalog name or YAML), or "
-                            "several comma-separated (h100,h20): each role pool may use any; "
-                            "the first is the baseline of spend ratio and cost efficiency."),
+    gpu: str = GpuOpt,
     gpus: int = GpusOpt,
     isl: int = typer.Option(2048, "--isl", min=1, help="Input (prompt) length."),
     osl: int = typer.Option(64, "--osl", min=1, help="Output length."),
@@ -109,11 +114,8 @@ def search(
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", min=2, help="Longest request in tokens (default: next power "
         "of 2 above the longest request, at least 4096)."),
-    rank_by: str = typer.Option("gpu", "--rank-by", help="gpu: goodput per GPU; dollar: "
-                                "requests per dollar (needs a price for every GPU type)."),
-    price: list[str] = typer.Option([], "--price", help="Dollars per GPU-hour, GPU=USD "
-                                    "(repeatable; over the shipped defaults for h100, h200, "
-                                    "b200, a100-80gb, h800, h20)."),
+    rank_by: str = RankOpt,
+    price: list[str] = PriceOpt,
     limit: int = typer.Option(20, "--limit", help="Rows shown."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the results (.nc)."),
     as_json: bool = typer.Option(False, "--json", help="Print decided strategies as JSON."),
@@ -122,7 +124,6 @@ def search(
     from serveplan.config import SLO
     from serveplan.pricing import parse_prices
     from serveplan.results_io import write_netcdf
-    from serveplan.search import run_search
     from serveplan.search_report import feasible
 
     archs = tuple(a.strip() for a in arch.split(",") if a.strip())
@@ -134,12 +135,8 @@ def search(
                  top=top, max_decide=max_decide, max_num_seqs=max_num_seqs,
                  max_model_len=max_model_len, rank_by=rank_by.strip().lower(),
                  prices=parse_prices(price))
-    stream = sys.stderr if as_json else sys.stdout
-    wide = rank_by.strip().lower() == "dollar" or "," in gpu  # the money columns
-    console = Console(stderr=as_json, width=None if stream.isatty() else 180 if wide else 140)
-    with console.status("searching strategies ...") as status:
-        ds = run_search(spec, progress=lambda d, n, name: status.update(
-            f"decided {d} strategies (last: {name}) ..."))
+    console = _console(as_json, wide=spec.rank_by == "dollar" or len(spec.gpu_types) > 1)
+    ds = _run(spec, console)
     if out is not None:
         write_netcdf(ds, out, kind="search")
     if not feasible(ds):
@@ -150,6 +147,22 @@ def search(
     _report(ds, console, limit)
     if out is not None:
         console.print(f"wrote {out}")
+
+
+def _run(spec, console: Console):
+    """The search, with a status line naming the last decided strategy."""
+    from serveplan.search import run_search
+
+    with console.status("searching strategies ...") as status:
+        return run_search(spec, progress=lambda d, n, name: status.update(
+            f"decided {d} strategies (last: {name}) ..."))
+
+
+def _console(as_json: bool, wide: bool) -> Console:
+    """stdout (stderr beside JSON), 140 columns when not a terminal, 180 with the money
+    columns."""
+    stream = sys.stderr if as_json else sys.stdout
+    return Console(stderr=as_json, width=None if stream.isatty() else 180 if wide else 140)
 
 
 def _report(ds, console: Console, limit: int) -> None:
