@@ -1,10 +1,17 @@
 """Catalog: models and GPUs by short name, or from user files.
 
 Models ship as verbatim Hugging Face ``config.json`` files (``data/models``, provenance in
-``data/models/SOURCE.md``). A model's short name is its HF repo name lowercased with a
-trailing ``-hf`` dropped (``meta-llama/Llama-2-70b-hf`` -> ``llama-2-70b``); the full
-``org/name`` works too, as does a path to any ``config.json``. GPUs come from
-``data/gpus/catalog.yaml`` by name or alias, or from a user YAML file with the same fields.
+``data/models/SOURCE.md``), with ModelOpt's ``hf_quant_config.json`` beside a quantized one
+(``<org>--<name>.hf_quant_config.json``). A model's short name is its HF repo name
+lowercased with a trailing ``-hf`` dropped (``meta-llama/Llama-2-70b-hf`` -> ``llama-2-70b``);
+the full ``org/name`` works too, as does a path to any ``config.json`` (an
+``hf_quant_config.json`` beside it is read). Instruct / base / chat variants of a shipped
+model resolve to its config (``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama-3.1-8b``;
+``mixtral-8x7b-instruct-v0.1``; ``mixtral-8x7b`` for ``mixtral-8x7b-v0.1``): they share the
+architecture. Quantized checkpoints of a shipped architecture (``Qwen/Qwen3-235B-A22B-FP8``,
+``nvidia/Llama-3.1-8B-Instruct-FP8``) are named in ``data/models/aliases.yaml`` with the
+checkpoint's quantization and its source. GPUs come from ``data/gpus/catalog.yaml`` by name
+or alias, or from a user YAML file with the same fields.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -20,7 +28,11 @@ import yaml
 
 from .specs import GPUSpec, ModelSpec, SpecError, read_text_file
 
-__all__ = ["CatalogError", "list_gpus", "list_models", "resolve_gpu", "resolve_model"]
+__all__ = ["CatalogError", "list_gpus", "list_models", "model_repo", "resolve_gpu",
+           "resolve_model"]
+
+QUANT_SUFFIX = ".hf_quant_config.json"
+_VARIANT = re.compile(r"-(?:instruct|base|chat|it)(?=$|-v\d|-\d{4})")
 
 
 class CatalogError(SpecError):
@@ -36,24 +48,82 @@ def _short_name(repo: str) -> str:
     return name[:-3] if name.endswith("-hf") else name
 
 
+def _variant_key(name: str) -> str:
+    """``name`` without its instruct / base / chat / it tag (``-hf`` dropped too)."""
+    name = name[:-3] if name.endswith("-hf") else name
+    return _VARIANT.sub("", name)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A catalog model: the HF id it stands for, the shipped config it is read from and,
+    for an alias, that alias's id in ``aliases.yaml``."""
+
+    repo: str
+    file: str
+    alias: str | None = None
+
+
 @lru_cache(maxsize=1)
-def _model_index() -> dict[str, str]:
-    """Map every accepted model name (short and ``org/name``, lowercased) to its file."""
-    index: dict[str, str] = {}
-    bare: dict[str, list[str]] = {}
-    for entry in _data_dir().joinpath("models").iterdir():
-        if not entry.name.endswith(".json"):
+def _aliases() -> dict[str, dict]:
+    """``aliases.yaml``: HF id -> ``config`` (a shipped model's HF id), ``source``, and the
+    checkpoint's ``quantization_config`` or ``hf_quant_config`` (inline or a shipped file)."""
+    return yaml.safe_load(_data_dir().joinpath("models", "aliases.yaml").read_text()) or {}
+
+
+@lru_cache(maxsize=1)
+def _model_index() -> dict[str, _Entry]:
+    """Map every accepted model name (short and ``org/name``, lowercased) to its entry."""
+    index: dict[str, _Entry] = {}
+    bare: dict[str, list[_Entry]] = {}
+    for path in _data_dir().joinpath("models").iterdir():
+        if not path.name.endswith(".json") or path.name.endswith(QUANT_SUFFIX):
             continue
-        repo = entry.name[: -len(".json")].replace("--", "/")
-        index[_short_name(repo)] = entry.name
-        index[repo.lower()] = entry.name
-        stem = re.sub(r"-v\d+(?:\.\d+)*$", "", _short_name(repo))
-        if stem != _short_name(repo):
-            bare.setdefault(stem, []).append(entry.name)
-    for stem, files in bare.items():  # mixtral-8x7b for mixtral-8x7b-v0.1, if unambiguous
-        if len(files) == 1:
-            index.setdefault(stem, files[0])
+        entry = _Entry(path.name[: -len(".json")].replace("--", "/"), path.name)
+        index[_short_name(entry.repo)] = entry
+        index[entry.repo.lower()] = entry
+        stem = re.sub(r"-v\d+(?:\.\d+)*$", "", _short_name(entry.repo))
+        if stem != _short_name(entry.repo):
+            bare.setdefault(stem, []).append(entry)
+    for stem, entries in bare.items():  # mixtral-8x7b for mixtral-8x7b-v0.1, if unambiguous
+        if len(entries) == 1:
+            index.setdefault(stem, entries[0])
+    for alias, fields in _aliases().items():
+        entry = _Entry(alias, index[str(fields["config"]).lower()].file, alias)
+        index.setdefault(_short_name(alias), entry)
+        index.setdefault(alias.lower(), entry)
     return index
+
+
+@lru_cache(maxsize=1)
+def _variant_index() -> dict[str, _Entry]:
+    """Names without their instruct / base tag -> the one entry they stand for."""
+    found: dict[str, set[_Entry]] = {}
+    for key, entry in _model_index().items():
+        found.setdefault(_variant_key(key), set()).add(entry)
+    return {k: next(iter(v)) for k, v in found.items() if len(v) == 1}
+
+
+def _lookup(name: str) -> _Entry | None:
+    """The entry of a catalog name: exact, without ``-hf``, or as a variant of one."""
+    index = _model_index()
+    key = name.lower()
+    for candidate in (key, key[:-3] if key.endswith("-hf") else key, _variant_key(key)):
+        if candidate in index:
+            return index[candidate]
+    return _variant_index().get(_variant_key(key))
+
+
+def model_repo(name: str) -> str | None:
+    """The HF id a catalog name stands for, with the catalog's casing; an ``org/name`` that
+    resolves as a variant is returned as given; None for names the catalog cannot tell the
+    repository of."""
+    index = _model_index()
+    key = name.lower()
+    for candidate in (key, key[:-3] if key.endswith("-hf") else key):
+        if candidate in index:
+            return index[candidate].repo
+    return name if "/" in name and _lookup(name) is not None else None
 
 
 @lru_cache(maxsize=1)
@@ -63,7 +133,7 @@ def _gpu_table() -> dict[str, dict]:
 
 
 def list_models() -> list[str]:
-    """Short names of the bundled models, sorted."""
+    """Short names of the bundled models and aliases, sorted."""
     return sorted(k for k in _model_index() if "/" not in k)
 
 
@@ -93,22 +163,55 @@ def _read_text(path: Path, expected: str) -> str:
         raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, expected: str = "a Hugging Face config.json") -> dict:
     try:
-        data = json.loads(_read_text(path, "a Hugging Face config.json"))
+        data = json.loads(_read_text(path, expected))
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):
-        raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json), "
+        raise CatalogError(f"{path}: expected a JSON object ({expected}), "
                            f"got {type(data).__name__}")
     return data
 
 
+def _quant_sibling(path: Path) -> Path:
+    """Where ModelOpt's ``hf_quant_config.json`` of the config ``path`` would be:
+    ``hf_quant_config.json`` beside ``config.json``, ``X_hf_quant_config.json`` beside
+    ``X_config.json``, else ``X.hf_quant_config.json`` beside ``X.json``."""
+    name = path.name
+    if name.endswith("config.json"):
+        return path.with_name(name[: -len("config.json")] + "hf_quant_config.json")
+    return path.with_name(name[: -len(".json")] + QUANT_SUFFIX)
+
+
 @lru_cache(maxsize=64)
-def _bundled_model(filename: str) -> ModelSpec:
-    cfg = json.loads(_data_dir().joinpath("models", filename).read_text())
-    repo = filename[: -len(".json")].replace("--", "/")
-    return ModelSpec.from_hf_config(cfg, name=_short_name(repo))
+def _bundled_model(filename: str, alias: str | None = None) -> ModelSpec:
+    models = _data_dir().joinpath("models")
+    cfg = json.loads(models.joinpath(filename).read_text())
+    quant_file = models.joinpath(filename[: -len(".json")] + QUANT_SUFFIX)
+    hf_quant = json.loads(quant_file.read_text()) if quant_file.is_file() else None
+    repo = alias or filename[: -len(".json")].replace("--", "/")
+    if alias is not None:
+        fields = _aliases()[alias]
+        if "quantization_config" in fields:
+            cfg = {**cfg, "quantization_config": fields["quantization_config"]}
+        hf_quant = fields.get("hf_quant_config", hf_quant)
+        if isinstance(hf_quant, str):
+            hf_quant = json.loads(models.joinpath(hf_quant).read_text())
+    return ModelSpec.from_hf_config(cfg, name=_short_name(repo), hf_quant_config=hf_quant,
+                                    source=f"catalog model {repo}")
+
+
+def _read_model_file(path: Path) -> ModelSpec:
+    """A user's ``config.json`` (and the ``hf_quant_config.json`` beside it, if any)."""
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.exists():
+        raise CatalogError(f"{path}: no such file")
+    quant = _quant_sibling(path)
+    hf_quant = _read_json(quant, "ModelOpt's hf_quant_config.json") if quant.is_file() else None
+    return ModelSpec.from_hf_config(_read_json(path), name=path.parent.name or path.stem,
+                                    hf_quant_config=hf_quant, source=str(path))
 
 
 def resolve_model(model: str | Path | dict | ModelSpec) -> ModelSpec:
@@ -120,17 +223,11 @@ def resolve_model(model: str | Path | dict | ModelSpec) -> ModelSpec:
     text = str(model)
     path = Path(text).expanduser()
     if path.suffix == ".json" or path.is_file() or "/" in text and path.exists():
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.exists():
-            raise CatalogError(f"{path}: no such file")
-        return ModelSpec.from_hf_config(_read_json(path), name=path.parent.name or path.stem)
-    index = _model_index()
-    key = text.lower()
-    for candidate in (key, key[:-3] if key.endswith("-hf") else key):
-        if candidate in index:
-            return _bundled_model(index[candidate])
-    raise _unknown("model", text, list(index), list_models())
+        return _read_model_file(path)
+    entry = _lookup(text)
+    if entry is not None:
+        return _bundled_model(entry.file, entry.alias)
+    raise _unknown("model", text, list(_model_index()), list_models())
 
 
 def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:

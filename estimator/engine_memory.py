@@ -46,6 +46,7 @@ from .memory import (
     stage_tokens,
 )
 from .profile import Profile
+from .quantization import Quantization
 from .specs import Parallelism
 
 MIB = 2.0**20
@@ -72,7 +73,8 @@ ENGINE_RULES = {
 
 
 def plan_engine_memory(engine: str, model, gpu, parallel: Parallelism | None = None, *,
-                       max_model_len: int | None = None, dtype: str | None = None,
+                       max_model_len: int | None = None,
+                       dtype: str | Quantization | None = None,
                        kv_dtype: str | None = None, profile: Profile | None = None,
                        pp_layer_partition: str | Sequence[int] | None = None,
                        **knobs) -> MemoryPlan:
@@ -209,7 +211,7 @@ def plan_trtllm(setup: Setup, *, free_gpu_memory_fraction: float = 0.9,
 def _with(setup: Setup, par: Parallelism) -> Setup:
     """``setup`` re-resolved for another parallelism (the tensor-parallel suggestion)."""
     return resolve_setup(setup.model, setup.gpu, par, max_model_len=setup.max_len,
-                         dtype=setup.weight_dtype, kv_dtype=setup.kv_dtype,
+                         dtype=setup.quantization, kv_dtype=None,
                          profile=setup.profile, pp_layer_partition=setup.partition,
                          pp_split=setup.split)
 

@@ -32,6 +32,7 @@ from serveplan.kernels import roofline as K
 from .catalog import resolve_gpu, resolve_model
 from .ops import MOD_EMBED, MOD_FNORM, MOD_HEAD, MOD_SAMPLE, build_ops
 from .profile import Profile, load_profile
+from .quantization import Quantization, resolve_quantization
 from .specs import DTYPE_BYTES, GPUSpec, ModelSpec, Parallelism, SpecError
 
 GIB = 2.0**30
@@ -145,8 +146,9 @@ def get_pp_indices(num_layers: int, pp_rank: int, pp_size: int,
 # ----------------------------------------------------------------------- shared quantities
 def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_dtype: str | None = None) -> float:
     """KV bytes one token occupies in one attention layer on one rank (vLLM's page math;
-    SGLang's and TensorRT-LLM's per-token cell is the same product)."""
-    b = DTYPE_BYTES[kv_dtype or model.dtype]
+    SGLang's and TensorRT-LLM's per-token cell is the same product). ``kv_dtype`` defaults
+    to the checkpoint's KV cache dtype."""
+    b = DTYPE_BYTES[kv_dtype or model.quantization.kv_cache]
     if model.attention == "mla":
         return float((model.kv_lora_rank + model.qk_rope_head_dim) * b)
     return float(2 * max(1, model.num_kv_heads // tp) * model.head_dim * b)
@@ -157,10 +159,11 @@ def default_block_size(model: ModelSpec) -> int:
     return 64 if model.attention == "mla" else 16
 
 
-def _weights_by_stage(model: ModelSpec, par: Parallelism, dtype, kv_dtype,
+def _weights_by_stage(model: ModelSpec, par: Parallelism, quant: Quantization,
                       layers: Sequence[int]) -> list[float]:
-    """Resident weight bytes of one rank of each pipeline stage."""
-    ops = build_ops(model, par, dtype, kv_dtype).ops
+    """Resident weight bytes of one rank of each pipeline stage (the op tables' bytes,
+    scales included, as the cost oracle reads them)."""
+    ops = build_ops(model, par, quant).ops
     layer_rows = np.isin(ops[:, K.C_MODULE], [MOD_EMBED, MOD_FNORM, MOD_HEAD, MOD_SAMPLE],
                          invert=True)
     per_layer = float(np.sum(ops[layer_rows, K.C_PARAM] * ops[layer_rows, K.C_FRAC]))
@@ -219,8 +222,7 @@ class Setup:
     gpu: GPUSpec
     par: Parallelism
     profile: Profile
-    weight_dtype: str
-    kv_dtype: str | None
+    quantization: Quantization
     layers: tuple[int, ...]
     weights: tuple[float, ...]  # per stage, one rank
     per_tok_layer: float
@@ -242,15 +244,25 @@ class Setup:
     def kv_per_token(self, stage: int) -> float:
         return self.per_tok_layer * self.layers[stage]
 
+    @property
+    def weight_dtype(self) -> str:
+        """Short name of the weights' quantization (:attr:`Quantization.label`)."""
+        return self.quantization.label
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.quantization.kv_cache
+
 
 def resolve_setup(model, gpu, parallel: Parallelism | None = None, *,
-                  max_model_len: int | None = None, dtype: str | None = None,
+                  max_model_len: int | None = None, dtype: str | Quantization | None = None,
                   kv_dtype: str | None = None, profile: Profile | None = None,
                   pp_layer_partition: str | Sequence[int] | None = None,
                   pp_split: str = "vllm") -> Setup:
     """Resolve and check everything the engine rules share (raises ``SpecError`` /
     ``ValueError`` naming the bad field); ``pp_split`` is the engine whose pipeline split
-    applies (:func:`layers_per_stage`)."""
+    applies (:func:`layers_per_stage`). ``dtype`` / ``kv_dtype`` as for the cost oracle
+    (:func:`~.quantization.resolve_quantization`)."""
     m: ModelSpec = resolve_model(model)
     g: GPUSpec = resolve_gpu(gpu)
     par = parallel or Parallelism()
@@ -258,14 +270,13 @@ def resolve_setup(model, gpu, parallel: Parallelism | None = None, *,
     if max_model_len is not None:
         check_int("max_model_len", max_model_len)
     layers = layers_per_stage(m.num_layers, par.pp, pp_layer_partition, pp_split)
-    wdt = dtype or ("fp8" if m.checkpoint_fp8 else m.dtype)
+    quant = resolve_quantization(m.quantization, m.dtype, dtype, kv_dtype)
     part = (pp_layer_partition if isinstance(pp_layer_partition, str | None)
             else tuple(pp_layer_partition))
     return Setup(
-        model=m, gpu=g, par=par, profile=profile or load_profile(g.name), weight_dtype=wdt,
-        kv_dtype=kv_dtype, layers=tuple(layers),
-        weights=tuple(_weights_by_stage(m, par, wdt, kv_dtype, layers)),
-        per_tok_layer=kv_bytes_per_token_layer(m, par.tp, kv_dtype),
+        model=m, gpu=g, par=par, profile=profile or load_profile(g.name), quantization=quant,
+        layers=tuple(layers), weights=tuple(_weights_by_stage(m, par, quant, layers)),
+        per_tok_layer=kv_bytes_per_token_layer(m, par.tp, quant.kv_cache),
         max_len=int(max_model_len or m.max_position_embeddings), partition=part,
         split=pp_split)
 
@@ -398,7 +409,7 @@ def _fitting_tp(setup: Setup, refit: Callable[[Parallelism], bool]) -> str:
 def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
                 gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
                 max_num_seqs: int = 256, max_model_len: int | None = None,
-                block_size: int | None = None, dtype: str | None = None,
+                block_size: int | None = None, dtype: str | Quantization | None = None,
                 kv_dtype: str | None = None, profile: Profile | None = None,
                 kv_cache_memory_bytes: float | None = None,
                 num_gpu_blocks_override: int | None = None,
@@ -448,7 +459,7 @@ def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
         return plan_memory(setup.model, g, cand, gpu_memory_utilization=gpu_memory_utilization,
                            max_num_batched_tokens=max_num_batched_tokens,
                            max_num_seqs=max_num_seqs, max_model_len=setup.max_len,
-                           block_size=bs, dtype=setup.weight_dtype, kv_dtype=kv_dtype,
+                           block_size=bs, dtype=setup.quantization, kv_dtype=kv_dtype,
                            profile=setup.profile, pp_layer_partition=setup.partition).fits
 
     return finish_plan(setup, budget, block_size=bs, num_blocks=num_blocks,

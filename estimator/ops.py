@@ -11,6 +11,11 @@ Two operator sets:
 fused SiLU-and-mul, FlashAttention for prefill (score matrix never in HBM; K/V streamed
 once per query tile) and paged attention for decode (each request's KV read once).
 
+Weights are charged the bytes of their class's storage format, scales included
+(:class:`~.quantization.Quantization`); each row keeps its weight class in
+:attr:`OpTable.wclass` so the oracle can price its GEMMs at the rate of the dtype they
+compute in (:func:`family_peaks`).
+
 ``eager`` (BestServe Tables 6-13): the Hugging Face operator sequence with a materialised
 score matrix. Kept to reproduce BestServe's Table 3. Two entries of those tables are
 physically wrong and fixed here: the decode ``mul`` traffic is ``6bh0`` (the tables'
@@ -26,7 +31,8 @@ import numpy as np
 
 from serveplan.kernels import roofline as K
 
-from .specs import DTYPE_BYTES, ModelSpec, Parallelism
+from .quantization import DTYPE_BYTES, Quantization, resolve_quantization
+from .specs import GPUSpec, ModelSpec, Parallelism
 
 MODULE_NAMES = ("embedding", "input_norm", "attention", "post_norm", "ffn", "final_norm",
                 "lm_head", "sampler")
@@ -90,11 +96,14 @@ def moe_routing(tokens, topk, num_experts, local_experts):
 
 @dataclass
 class OpTable:
-    """Operators of one rank as arrays, with names for breakdowns."""
+    """Operators of one rank as arrays, with names for breakdowns and, per row, the weight
+    class it reads (``""``: none) under ``quant``."""
 
     ops: np.ndarray
     names: list[str] = field(default_factory=list)
     ffn_moe_fraction: float = 0.0  # share of layers whose FFN is MoE (for dispatch mixing)
+    wclass: list[str] = field(default_factory=list)
+    quant: Quantization | None = None
 
     @property
     def n_ops(self) -> int:
@@ -102,12 +111,14 @@ class OpTable:
 
 
 class _Builder:
-    def __init__(self):
+    def __init__(self, wbytes: dict[str, float]):
         self.rows: list[np.ndarray] = []
         self.names: list[str] = []
+        self.wclass: list[str] = []
+        self.wb = wbytes  # bytes per weight of each class
 
     def add(self, name, module, basis, a=0.0, b=0.0, c=0.0, family=K.F_ELEM, count=1.0,
-            frac=1.0, window=0.0, x1=0.0, x2=0.0, param=0.0):
+            frac=1.0, window=0.0, x1=0.0, x2=0.0, param=0.0, wclass=""):
         if frac <= 0.0:
             return
         row = np.zeros(K.N_COLS)
@@ -125,39 +136,37 @@ class _Builder:
         row[K.C_PARAM] = param
         self.rows.append(row)
         self.names.append(name)
+        self.wclass.append(wclass)
 
-    def gemm(self, name, module, n, k, act, wbytes, frac=1.0, basis=K.B_TOKENS):
-        """Y[T, n] = X[T, k] · W[k, n] (see :func:`gemm_coeffs`)."""
-        a, b, c = gemm_coeffs(n, k, act, wbytes)
+    def gemm(self, name, module, n, k, act, wclass, frac=1.0, basis=K.B_TOKENS):
+        """Y[T, n] = X[T, k] · W[k, n] with weights of class ``wclass`` (see
+        :func:`gemm_coeffs`)."""
+        a, b, c = gemm_coeffs(n, k, act, self.wb[wclass])
         self.add(name, module, basis, a=a, b=b, c=c, family=K.F_GEMM, frac=frac, x1=n, x2=k,
-                 param=c)
+                 param=c, wclass=wclass)
 
 
-def build_ops(model: ModelSpec, par: Parallelism, weight_dtype: str | None = None,
-              kv_dtype: str | None = None, impl: str = "fused") -> OpTable:
+def build_ops(model: ModelSpec, par: Parallelism,
+              weight_dtype: str | Quantization | None = None, kv_dtype: str | None = None,
+              impl: str = "fused", redundant_experts: int = 0) -> OpTable:
     """Operator table of one rank for ``model`` split by ``par``.
 
-    ``weight_dtype`` defaults to the checkpoint's (fp8 for DeepSeek-V3, else bf16/fp16);
-    ``kv_dtype`` defaults to the activation dtype. Activations are 16-bit.
+    ``weight_dtype``: the checkpoint's quantization when None, a ``--dtype`` shorthand
+    (``bf16``, ``fp8``, ``nvfp4``, ...: every weight class in that format) or a
+    :class:`~.quantization.Quantization`; ``kv_dtype`` overrides its KV cache dtype
+    (:func:`~.quantization.resolve_quantization`). Activations are 16-bit. EPLB's
+    ``redundant_experts`` (:mod:`.routing`) add ``redundant_experts / ep`` to each rank.
     """
     par.check_model(model)
-    wdt = weight_dtype or ("fp8" if model.checkpoint_fp8 else model.dtype)
+    quant = resolve_quantization(model.quantization, model.dtype, weight_dtype, kv_dtype)
     act = 2.0
-    w = float(DTYPE_BYTES[wdt])
-    kvb = float(DTYPE_BYTES[kv_dtype or model.dtype])
+    kvb = float(DTYPE_BYTES[quant.kv_cache])
     t = par.tp
     h = model.hidden_size
     V = model.vocab_size / t
-    b = _Builder()
+    b = _Builder(quant.bytes_by_class())
     eager = impl == "eager"
-
-    # ---- embedding (vocab-parallel: each rank gathers its rows, then all-reduce) ----
-    b.add("embed_gather", MOD_EMBED, K.B_TOKENS, b=2 * h * act, param=V * h * w)
-    if model.learned_positions:
-        b.add("pos_embed_add", MOD_EMBED, K.B_TOKENS, a=h, b=3 * h * act,
-              param=model.max_position_embeddings * h * w)
-    if t > 1:
-        b.add("embed_allreduce", MOD_EMBED, K.B_ALLREDUCE, b=h * act, family=K.F_COMM, count=0)
+    _embedding(b, model, t, act)
 
     # ---- norms -------------------------------------------------------------------------
     per_norm = model.norms_per_layer / 2.0  # gemma-2 has a pre and a post norm per block
@@ -166,9 +175,9 @@ def build_ops(model: ModelSpec, par: Parallelism, weight_dtype: str | None = Non
 
     # ---- attention ---------------------------------------------------------------------
     if model.attention == "mla":
-        _mla(b, model, par, act, w, kvb)
+        _mla(b, model, par, act, kvb)
     else:
-        _gqa(b, model, par, act, w, kvb, eager)
+        _gqa(b, model, par, act, kvb, eager)
     if t > 1:
         b.add("attn_allreduce", MOD_ATTN, K.B_ALLREDUCE, b=h * act, family=K.F_COMM, count=0)
 
@@ -176,21 +185,82 @@ def build_ops(model: ModelSpec, par: Parallelism, weight_dtype: str | None = Non
     moe_frac = model.num_moe_layers / model.num_layers
     dense_frac = 1.0 - moe_frac
     if dense_frac > 0:
-        _mlp(b, "mlp", model, model.intermediate_size / t, h, act, w, eager, dense_frac)
+        _mlp(b, "mlp", model, model.intermediate_size / t, h, act, "mlp", eager, dense_frac)
     if moe_frac > 0:
-        _moe(b, model, par, act, w, moe_frac)
+        _moe(b, model, par, act, moe_frac, redundant_experts)
     if t > 1:
         b.add("ffn_allreduce", MOD_FFN, K.B_ALLREDUCE, b=h * act, family=K.F_COMM, count=0)
 
     # ---- final norm, LM head (one logit row per request), sampler ----------------------
     _norm(b, "final_norm", MOD_FNORM, model, h, act, eager, 1.0, final=True)
-    head_params = 0.0 if model.tie_word_embeddings else V * h * w
-    b.add("lm_head", MOD_HEAD, K.B_ROWS, a=2 * V * h, b=act * h + 4 * V, c=w * V * h,
-          family=K.F_GEMM, param=head_params, x1=V, x2=h)
-    # logits gathered to full vocabulary, fp32: softmax / penalties / top-p read and write
+    _head(b, model, V, act)
+    return OpTable(np.array(b.rows), b.names, moe_frac, b.wclass, quant)
+
+
+def _embedding(b, model, t, act):
+    """Vocab-parallel embedding: each rank gathers its rows, then an all-reduce."""
+    h, emb = model.hidden_size, b.wb["embedding"]
+    b.add("embed_gather", MOD_EMBED, K.B_TOKENS, b=2 * h * act,
+          param=model.vocab_size / t * h * emb, wclass="embedding")
+    if model.learned_positions:
+        b.add("pos_embed_add", MOD_EMBED, K.B_TOKENS, a=h, b=3 * h * act,
+              param=model.max_position_embeddings * h * emb, wclass="embedding")
+    if t > 1:
+        b.add("embed_allreduce", MOD_EMBED, K.B_ALLREDUCE, b=h * act, family=K.F_COMM, count=0)
+
+
+def _head(b, model, V, act):
+    """LM head over this rank's ``V`` vocabulary rows (a tied head reads the embedding
+    table and stores nothing of its own), then the sampler over the gathered fp32 logits
+    (softmax / penalties / top-p read and write)."""
+    h = model.hidden_size
+    head = "embedding" if model.tie_word_embeddings else "lm_head"
+    w_head = b.wb[head]
+    head_params = 0.0 if model.tie_word_embeddings else V * h * w_head
+    b.add("lm_head", MOD_HEAD, K.B_ROWS, a=2 * V * h, b=act * h + 4 * V, c=w_head * V * h,
+          family=K.F_GEMM, param=head_params, x1=V, x2=h, wclass=head)
     b.add("sampler", MOD_SAMPLE, K.B_ROWS, a=5 * model.vocab_size, b=12 * model.vocab_size,
           count=4)
-    return OpTable(np.array(b.rows), b.names, moe_frac)
+
+
+def family_peaks(table: OpTable, gpu: GPUSpec, act: str) -> np.ndarray:
+    """Peak FLOP/s of each op family for ``table`` on ``gpu``; rescales, in place, the work
+    of the GEMM rows that compute in a slower dtype than their family's peak.
+
+    The kernels price every row of a family at one peak (``prm[P_SC + family]``). GEMMs
+    take the highest peak among their rows' compute dtypes
+    (:meth:`~.quantization.TensorFormat.compute_dtype`); a row computing in a slower one
+    (a 16-bit attention projection beside NVFP4 MLPs, a 16-bit LM head) carries its work
+    in units of that peak, ``a S_gemm / S_row``, so ``W / (e_c S_gemm)`` is its time at its
+    own peak. Routed experts: their compute dtype; attention: the attention math's dtype;
+    elementwise ops and collectives: the activations' ``act``. Call once per table.
+
+    Parameters
+    ----------
+    table : OpTable
+        From :func:`build_ops` (its ``quant`` and per-row ``wclass``); ``C_A`` of its GEMM
+        rows is rescaled in place.
+    gpu : GPUSpec
+        Supplies the peak of each dtype.
+    act : str
+        The activations' dtype.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``N_FAMILIES`` peaks, FLOP/s, for ``prm[P_SC:P_SC + N_FAMILIES]``.
+    """
+    quant, ops = table.quant, table.ops
+    peaks = np.full(K.N_FAMILIES, gpu.peak_flops(act))
+    rows = np.flatnonzero(ops[:, K.C_FAMILY] == K.F_GEMM)
+    row_peak = np.array([gpu.peak_flops(quant.weights(table.wclass[r]).compute_dtype(
+        gpu.flops, act)) for r in rows])
+    if rows.size:
+        peaks[K.F_GEMM] = row_peak.max()
+        ops[rows, K.C_A] *= peaks[K.F_GEMM] / row_peak
+    peaks[K.F_MOE] = gpu.peak_flops(quant.experts.compute_dtype(gpu.flops, act))
+    peaks[K.F_ATTN] = gpu.peak_flops(quant.attention)
+    return peaks
 
 
 def _norm(b, tag, mod, model, h, act, eager, weight, final=False):
@@ -210,7 +280,7 @@ def _norm(b, tag, mod, model, h, act, eager, weight, final=False):
               count=weight, param=h * act * weight)
 
 
-def _gqa(b, model, par, act, w, kvb, eager):
+def _gqa(b, model, par, act, kvb, eager):
     t = par.tp
     h = model.hidden_size
     d = model.head_dim
@@ -218,11 +288,11 @@ def _gqa(b, model, par, act, w, kvb, eager):
     hkv = max(1.0, model.num_kv_heads / t)  # KV heads are replicated when fewer than tp
     A = MOD_ATTN
     if eager:
-        b.gemm("q_proj", A, hq * d, h, act, w)
-        b.gemm("k_proj", A, hkv * d, h, act, w)
-        b.gemm("v_proj", A, hkv * d, h, act, w)
+        b.gemm("q_proj", A, hq * d, h, act, "qkv")
+        b.gemm("k_proj", A, hkv * d, h, act, "qkv")
+        b.gemm("v_proj", A, hkv * d, h, act, "qkv")
     else:
-        b.gemm("qkv_proj", A, (hq + 2 * hkv) * d, h, act, w)
+        b.gemm("qkv_proj", A, (hq + 2 * hkv) * d, h, act, "qkv")
     if model.qk_norm:
         b.add("qk_norm", A, K.B_TOKENS, a=4 * (hq + hkv) * d, b=2 * (hq + hkv) * d * act,
               count=2)
@@ -262,10 +332,10 @@ def _gqa(b, model, par, act, w, kvb, eager):
               family=K.F_ATTN, frac=frac, window=window)
         b.add("attn_decode" + sfx, A, K.B_ATTN_DECODE, a=a, b=kv_b, c=qo_c,
               family=K.F_ATTN, frac=frac, window=window)
-    b.gemm("o_proj", A, h, hq * d, act, w)
+    b.gemm("o_proj", A, h, hq * d, act, "o_proj")
 
 
-def _mla(b, model, par, act, w, kvb):
+def _mla(b, model, par, act, kvb):
     """DeepSeek multi-head latent attention as vLLM runs it.
 
     Decode absorbs W_UK / W_UV into the query / output (MQA over the 576-wide latent);
@@ -280,45 +350,46 @@ def _mla(b, model, par, act, w, kvb):
     lora_q, lora_kv = model.q_lora_rank, model.kv_lora_rank
     A = MOD_ATTN
     if lora_q:
-        b.gemm("q_a_kv_a_proj", A, lora_q + lora_kv + rope, h, act, w)  # replicated
+        b.gemm("q_a_kv_a_proj", A, lora_q + lora_kv + rope, h, act, "qkv")  # replicated
         b.add("q_a_norm", A, K.B_TOKENS, a=4 * lora_q, b=2 * lora_q * act, count=1)
-        b.gemm("q_b_proj", A, hq * (nope + rope), lora_q, act, w)
+        b.gemm("q_b_proj", A, hq * (nope + rope), lora_q, act, "qkv")
     else:
-        b.gemm("q_proj", A, hq * (nope + rope), h, act, w)
-        b.gemm("kv_a_proj", A, lora_kv + rope, h, act, w)
+        b.gemm("q_proj", A, hq * (nope + rope), h, act, "qkv")
+        b.gemm("kv_a_proj", A, lora_kv + rope, h, act, "qkv")
     b.add("kv_a_norm_rope", A, K.B_TOKENS, a=4 * lora_kv + 3.5 * (hq + 1) * rope,
           b=2 * (lora_kv + (hq + 1) * rope) * act, count=2)
-    b.gemm("kv_b_proj", A, hq * (nope + v), lora_kv, act, w)
+    b.gemm("kv_b_proj", A, hq * (nope + v), lora_kv, act, "qkv")
     latent = (lora_kv + rope) * kvb  # one cached token, not split by TP
     b.add("kv_cache_write", A, K.B_TOKENS, b=latent + (lora_kv + rope) * act)
     b.add("attn_prefill", A, K.B_ATTN_PREFILL, a=2 * hq * (nope + rope) + 2 * hq * v,
           b=hq * (nope + rope + v) * act, c=hq * (nope + rope + v) * act, family=K.F_ATTN)
     b.add("attn_decode", A, K.B_ATTN_DECODE, a=2 * hq * (lora_kv + rope) + 2 * hq * lora_kv,
           b=latent, c=2 * hq * (lora_kv + rope) * act, family=K.F_ATTN)
-    b.gemm("o_proj", A, h, hq * v, act, w)
+    b.gemm("o_proj", A, h, hq * v, act, "o_proj")
 
 
-def _mlp(b, tag, model, inter, h, act, w, eager, frac):
+def _mlp(b, tag, model, inter, h, act, wc, eager, frac):
+    """Gated (or OPT's plain) MLP of width ``inter`` with weights of class ``wc``."""
     F = MOD_FFN
     if model.mlp == "plain":  # OPT: fc1 -> ReLU -> fc2
-        b.gemm(f"{tag}.fc1", F, inter, h, act, w, frac=frac)
+        b.gemm(f"{tag}.fc1", F, inter, h, act, wc, frac=frac)
         b.add(f"{tag}.relu", F, K.B_TOKENS, a=inter, b=2 * inter * act, frac=frac)
-        b.gemm(f"{tag}.fc2", F, h, inter, act, w, frac=frac)
+        b.gemm(f"{tag}.fc2", F, h, inter, act, wc, frac=frac)
         return
     if eager:  # BestServe Table 1 / 12
-        b.gemm(f"{tag}.gate_proj", F, inter, h, act, w, frac=frac)
+        b.gemm(f"{tag}.gate_proj", F, inter, h, act, wc, frac=frac)
         b.add(f"{tag}.silu", F, K.B_TOKENS, a=5 * inter, b=4 * inter, frac=frac)
-        b.gemm(f"{tag}.up_proj", F, inter, h, act, w, frac=frac)
+        b.gemm(f"{tag}.up_proj", F, inter, h, act, wc, frac=frac)
         b.add(f"{tag}.mul", F, K.B_TOKENS, a=inter, b=6 * inter, frac=frac)
-        b.gemm(f"{tag}.down_proj", F, h, inter, act, w, frac=frac)
+        b.gemm(f"{tag}.down_proj", F, h, inter, act, wc, frac=frac)
         b.add(f"{tag}.add", F, K.B_TOKENS, a=h, b=4 * inter, frac=frac)
         return
-    b.gemm(f"{tag}.gate_up_proj", F, 2 * inter, h, act, w, frac=frac)
+    b.gemm(f"{tag}.gate_up_proj", F, 2 * inter, h, act, wc, frac=frac)
     b.add(f"{tag}.act_and_mul", F, K.B_TOKENS, a=5 * inter, b=3 * inter * act, frac=frac)
-    b.gemm(f"{tag}.down_proj", F, h, inter, act, w, frac=frac)
+    b.gemm(f"{tag}.down_proj", F, h, inter, act, wc, frac=frac)
 
 
-def _moe(b, model, par, act, w, frac):
+def _moe(b, model, par, act, frac, redundant=0):
     """Router, routed experts (fused MoE), shared experts, EP all-to-all.
 
     With ``ep == 1`` every rank holds all experts sharded ``tp`` ways; with ``ep > 1``
@@ -329,6 +400,9 @@ def _moe(b, model, par, act, w, frac):
     E[active experts] = E_local (1 - (1 - k/E)^tokens). All-to-all (EP with attention DP):
     the rank sends its own T tokens' activations to their top-k experts (dispatch) and gets
     them back (combine), ``T · k · h · act`` bytes each way -- not the group's T · dp.
+    The kernel prices the busiest rank: its routed load over the mean scales both
+    (:mod:`.routing`). With ``redundant`` EPLB replicas a rank holds ``(E + R) / ep``
+    physical experts, each picked with probability ``k / (E + R)`` on average.
     """
     F = MOD_FFN
     h = model.hidden_size
@@ -336,14 +410,16 @@ def _moe(b, model, par, act, w, frac):
     ep = par.ep
     shard = 1 if ep > 1 else par.tp
     inter = model.moe_intermediate_size / shard
-    local = E / ep
-    b.gemm("moe.router", F, E, h, act, w, frac=frac)  # replicated gate
-    a, per_assign, per_expert = moe_coeffs(h, inter, act, w)
+    physical = E + redundant
+    local = physical / ep
+    b.gemm("moe.router", F, E, h, act, "router", frac=frac)  # replicated gate
+    a, per_assign, per_expert = moe_coeffs(h, inter, act, b.wb["experts"])
     b.add("moe.experts", F, K.B_MOE, a=a, b=per_assign, c=per_expert, family=K.F_MOE,
-          count=MOE_KERNELS, frac=frac, x1=local, x2=k / E, param=local * per_expert)
+          count=MOE_KERNELS, frac=frac, x1=local, x2=k / physical, param=local * per_expert,
+          wclass="experts")
     if model.num_shared_experts:
-        _mlp(b, "moe.shared", model, model.shared_intermediate_size / par.tp, h, act, w,
-             False, frac)
+        _mlp(b, "moe.shared", model, model.shared_intermediate_size / par.tp, h, act,
+             "shared_experts", False, frac)
     if ep > 1 and par.dp > 1:
         b.add("moe.dispatch_a2a", F, K.B_ALLTOALL, b=k * h * act, family=K.F_COMM, count=0,
               frac=frac)

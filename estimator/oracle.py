@@ -25,8 +25,11 @@ from .ops import (
     MODULE_SECTIONS,
     OpTable,
     build_ops,
+    family_peaks,
 )
 from .profile import FAMILIES, Profile, load_profile
+from .quantization import Quantization, corrector_dtype
+from .routing import MoERouting
 from .specs import GPUSpec, ModelSpec, Parallelism, SpecError
 
 PHASES = ("prefill", "decode")
@@ -66,7 +69,10 @@ class CostOracle:
     tp, pp, ep, dp
         Tensor, pipeline, expert and attention-data parallel sizes of the instance.
     dtype, kv_dtype
-        Weight dtype (default: the checkpoint's) and KV-cache dtype (default: activations').
+        Weights: the checkpoint's quantization (default), a ``--dtype`` shorthand setting
+        every weight class (``bf16``, ``fp8``, ``nvfp4``, ...) or a
+        :class:`~.quantization.Quantization`; KV-cache dtype (default: the checkpoint's,
+        i.e. the activations' unless it ships fp8 KV scales).
     cuda_graph
         Pure-decode steps replay a captured graph (batch padded to a capture size).
     profile
@@ -76,24 +82,33 @@ class CostOracle:
     correctors
         Apply the profile's learned residual correctors (default); False prices the
         fitted roofline alone.
+    moe_routing
+        How routed tokens spread over the expert-parallel ranks (a :class:`MoERouting` or
+        its fields as a dict; default uniform). A step is priced at its busiest rank.
     """
 
     def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
-                 dtype: str | None = None, kv_dtype: str | None = None,
+                 dtype: str | Quantization | None = None, kv_dtype: str | None = None,
                  cuda_graph: bool = True, profile: Profile | str | Path | None = None,
-                 max_num_seqs: int = 256, correctors: bool = True):
+                 max_num_seqs: int = 256, correctors: bool = True,
+                 moe_routing: MoERouting | dict | None = None):
         self.model: ModelSpec = resolve_model(model)
         self.gpu: GPUSpec = resolve_gpu(gpu)
         self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
+        self.routing = MoERouting.model_validate(moe_routing or {})
+        self.moe_load = self._moe_load()
         if isinstance(profile, Profile):
             self.profile = profile
         else:
             self.profile = load_profile(self.gpu.name, profile)
-        self.weight_dtype = dtype or ("fp8" if self.model.checkpoint_fp8 else self.model.dtype)
-        self.kv_dtype = kv_dtype or self.model.dtype
         self.cuda_graph = cuda_graph
-        self.table: OpTable = build_ops(self.model, self.parallel, self.weight_dtype,
-                                        self.kv_dtype, self.profile.attention_impl)
+        self.table: OpTable = build_ops(self.model, self.parallel, dtype, kv_dtype,
+                                        self.profile.attention_impl,
+                                        self.routing.redundant_experts)
+        self.quantization: Quantization = self.table.quant
+        self.weight_dtype = self.quantization.label
+        self.kv_dtype = self.quantization.kv_cache
+        self._peaks = family_peaks(self.table, self.gpu, self.model.dtype)
         self.mods = self._module_table()
         self.prm = self._params()
         if correctors and self.profile.correctors and self.profile.attention_impl == "fused":
@@ -107,6 +122,16 @@ class CostOracle:
         self._c = np.zeros(1, dtype=np.int64)
 
     # ------------------------------------------------------------------ construction
+    def _moe_load(self) -> float:
+        """The busiest expert-parallel rank's routed load over the mean (1: balanced)."""
+        m, ep = self.model, self.parallel.ep
+        if not m.is_moe:
+            if self.routing != MoERouting():
+                raise SpecError(f"moe_routing: {m.name} has no experts to route")
+            return 1.0
+        self.routing.check(m.num_experts, ep, m.name)
+        return self.routing.load_factor(m.num_experts, m.experts_per_token, ep)
+
     def _module_table(self) -> np.ndarray:
         disp = self.profile.dispatch_s
         mods = np.zeros((len(MODULE_NAMES), K.N_MOD_COLS))
@@ -130,6 +155,7 @@ class CostOracle:
         prm[K.P_TP] = par.tp
         prm[K.P_EP] = par.ep
         prm[K.P_MOE_TOKENS] = par.dp
+        prm[K.P_MOE_LOAD] = self.moe_load
         prm[K.P_GRAPH] = 1.0 if self.cuda_graph else 0.0
         prm[K.P_GRAPH_LAUNCH] = prof.graph_launch_s
         prm[K.P_STEP_OVERHEAD] = prof.step_overhead_s
@@ -143,11 +169,7 @@ class CostOracle:
         prm[K.P_P2P_LAT] = g.scaleup_latency_s if p2p_in_node else g.scaleout_latency_s
         prm[K.P_P2P_BYTES] = self.model.hidden_size * 2.0
         prm[K.P_SM] = g.mem_bw
-        act_peak = g.peak_flops(self.model.dtype)
-        gemm_peak = g.peak_flops(self.weight_dtype) if self.weight_dtype == "fp8" else act_peak
-        for f, peak in ((K.F_GEMM, gemm_peak), (K.F_ATTN, act_peak), (K.F_ELEM, act_peak),
-                        (K.F_MOE, gemm_peak), (K.F_COMM, act_peak)):
-            prm[K.P_SC + f] = peak
+        prm[K.P_SC:K.P_SC + K.N_FAMILIES] = self._peaks
         for ph, phase in enumerate(PHASES):
             for f, fam in enumerate(FAMILIES):
                 e = prof.eff(fam, phase)
@@ -162,11 +184,16 @@ class CostOracle:
 
         Each corrector feature (:data:`.correctors.FAMILY_FEATURES`) is bound to a kernel
         runtime feature times a model constant (:class:`.correctors.Runtime`), or to a
-        constant of this deployment (:class:`.correctors.Static`).
+        constant of this deployment (:class:`.correctors.Static`). MoE and all-to-all
+        tables are read at the mean expert-parallel rank's tokens: they scale the busiest
+        rank's roofline time by the factor of a balanced layer (fitted tables are not
+        monotone in tokens everywhere; read at the busiest rank's count, more routing skew
+        could price a step faster).
         """
         ops, tables, m, par = self.table.ops, self.profile.correctors, self.model, self.parallel
         basis, fam = int(ops[r, K.C_BASIS]), int(ops[r, K.C_FAMILY])
-        wdt = "bf16" if self.weight_dtype in ("bf16", "fp16") else self.weight_dtype
+        wclass = self.table.wclass[r]
+        wdt = corrector_dtype(self.quantization.weights(wclass)) if wclass else "bf16"
         kvdt = "bf16" if self.kv_dtype in ("bf16", "fp16") else self.kv_dtype
         x1, x2 = ops[r, K.C_X1], ops[r, K.C_X2]
         if fam == K.F_GEMM and basis in (K.B_TOKENS, K.B_ROWS) and x1 > 0:
@@ -348,6 +375,8 @@ class CostOracle:
             "kv_dtype": self.kv_dtype,
             "cuda_graph": self.cuda_graph,
             "profile": self.profile.name,
+            **({"moe_routing": self.routing.model_dump(), "moe_load_factor": self.moe_load}
+               if self.model.is_moe else {}),
         }
 
 

@@ -13,23 +13,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-DType = Literal["bf16", "fp16", "fp8", "fp32", "int8"]
+from .errors import SpecError
+from .hf_config import model_fields
+from .quantization import DTYPE_BYTES, DType, Quantization
 
-_TORCH_DTYPES = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float32": "fp32",
-    "float": "fp32",
-}
-
-
-_TIED_BY_DEFAULT = ("opt", "gemma", "gemma2")
-
-
-class SpecError(ValueError):
-    """A model / GPU / parallelism description that cannot be used."""
+COMPUTE_DTYPES = (*DTYPE_BYTES, "fp4")
+"""Dtypes a GPU may list a peak for (``fp4``: Blackwell's FP4 tensor cores)."""
 
 
 # ----------------------------------------------------------------------------- input files
@@ -124,8 +113,16 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # weights stored in fp8 by the checkpoint (e.g. DeepSeek-V3)
-    checkpoint_fp8: bool = False
+    # how the checkpoint stores each weight class and the KV cache (16-bit by default)
+    quantization: Quantization = Field(None, validate_default=False)  # set before validation
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_quantization(cls, data):
+        """Without a quantization, every tensor is in the model's 16-bit dtype."""
+        if isinstance(data, dict) and data.get("quantization") is None:
+            data = {**data, "quantization": Quantization.unquantized(data.get("dtype", "bf16"))}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -151,124 +148,19 @@ class ModelSpec(BaseModel):
         return self.num_layers - self.num_moe_layers
 
     @classmethod
-    def from_hf_config(cls, cfg: dict, name: str | None = None) -> ModelSpec:
-        """Parse a Hugging Face ``config.json`` dict.
+    def from_hf_config(cls, cfg: dict, name: str | None = None, *,
+                       hf_quant_config: dict | None = None,
+                       source: str | None = None) -> ModelSpec:
+        """Parse a Hugging Face ``config.json`` dict (:mod:`~.hf_config`).
 
         Supported ``model_type``: llama, mistral, qwen2, qwen3, phi3, gemma2, opt,
-        mixtral, qwen3_moe, deepseek_v2, deepseek_v3 (others with Llama-like field
-        names are read as dense GQA decoders).
+        mixtral, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, minimax_m2 (others with
+        Llama-like field names are read as dense GQA decoders). The checkpoint's
+        ``quantization_config`` -- or ModelOpt's ``hf_quant_config.json`` given as
+        ``hf_quant_config`` -- becomes :attr:`quantization` (:mod:`~.quant_config`);
+        ``source`` names the file in errors.
         """
-        mt = str(cfg.get("model_type", "")).lower()
-        name = name or cfg.get("_name_or_path") or mt or "model"
-
-        def need(key: str):
-            if key not in cfg:
-                raise SpecError(f"{name}: config.json has no field {key!r} (model_type {mt!r})")
-            return cfg[key]
-
-        torch_dtype = str(cfg.get("torch_dtype", "bfloat16")).replace("torch.", "")
-        dtype = _TORCH_DTYPES.get(torch_dtype, "bf16")
-        if dtype == "fp32":  # checkpoints saved in fp32 (gemma-2) are served in bf16
-            dtype = "bf16"
-        quant = cfg.get("quantization_config") or {}
-        common = dict(
-            name=name,
-            model_type=mt,
-            vocab_size=need("vocab_size"),
-            # transformers' default is True, overridden to False by most decoder configs
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", mt in _TIED_BY_DEFAULT)),
-            dtype=dtype,
-            checkpoint_fp8=str(quant.get("quant_method", "")).lower() == "fp8",
-        )
-
-        if mt == "opt":
-            hidden = need("hidden_size")
-            heads = need("num_attention_heads")
-            return cls(
-                **common,
-                num_layers=need("num_hidden_layers"),
-                hidden_size=hidden,
-                num_heads=heads,
-                num_kv_heads=heads,
-                head_dim=hidden // heads,
-                intermediate_size=need("ffn_dim"),
-                max_position_embeddings=need("max_position_embeddings"),
-                norm="layer",
-                mlp="plain",
-                qkv_bias=bool(cfg.get("enable_bias", True)),
-                linear_bias=bool(cfg.get("enable_bias", True)),
-                learned_positions=True,
-            )
-
-        hidden = need("hidden_size")
-        heads = need("num_attention_heads")
-        kv_heads = cfg.get("num_key_value_heads") or heads
-        head_dim = cfg.get("head_dim") or hidden // heads
-        layers = need("num_hidden_layers")
-        spec = dict(
-            **common,
-            num_layers=layers,
-            hidden_size=hidden,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            intermediate_size=cfg.get("intermediate_size", 0) or 0,
-            max_position_embeddings=cfg.get("max_position_embeddings", 4096),
-            qkv_bias=bool(cfg.get("attention_bias", mt == "qwen2")),
-            qk_norm=mt in ("qwen3", "qwen3_moe"),
-        )
-        if mt == "gemma2":
-            spec.update(
-                norms_per_layer=4,
-                sliding_window=int(cfg.get("sliding_window") or 0),
-                sliding_fraction=0.5 if cfg.get("sliding_window") else 0.0,
-            )
-        elif mt in ("mistral", "qwen2", "phi3") and cfg.get("sliding_window"):
-            use = cfg.get("use_sliding_window", mt != "qwen2")
-            window = int(cfg["sliding_window"])
-            if use and window < spec["max_position_embeddings"]:
-                spec.update(sliding_window=window, sliding_fraction=1.0)
-
-        if mt in ("mixtral", "minimax_m2"):  # every layer MoE, intermediate_size per expert
-            spec.update(
-                num_experts=need("num_local_experts"),
-                experts_per_token=need("num_experts_per_tok"),
-                moe_intermediate_size=need("intermediate_size"),
-                num_moe_layers=layers,
-            )
-        elif mt == "qwen3_moe":
-            step = int(cfg.get("decoder_sparse_step", 1) or 1)
-            skip = set(cfg.get("mlp_only_layers") or [])
-            moe_layers = sum(1 for i in range(layers) if i not in skip and (i + 1) % step == 0)
-            spec.update(
-                num_experts=need("num_experts"),
-                experts_per_token=need("num_experts_per_tok"),
-                moe_intermediate_size=need("moe_intermediate_size"),
-                num_moe_layers=moe_layers,
-            )
-        elif mt in ("deepseek_v2", "deepseek_v3"):
-            first_dense = int(cfg.get("first_k_dense_replace", 0))
-            freq = int(cfg.get("moe_layer_freq", 1) or 1)
-            moe_layers = sum(1 for i in range(first_dense, layers) if i % freq == 0)
-            moe_inter = need("moe_intermediate_size")
-            n_shared = int(cfg.get("n_shared_experts") or 0)
-            spec.update(
-                attention="mla",
-                num_kv_heads=1,
-                head_dim=cfg.get("qk_nope_head_dim", 128) + cfg.get("qk_rope_head_dim", 64),
-                num_experts=need("n_routed_experts"),
-                experts_per_token=need("num_experts_per_tok"),
-                moe_intermediate_size=moe_inter,
-                num_shared_experts=n_shared,
-                shared_intermediate_size=moe_inter * n_shared,
-                num_moe_layers=moe_layers,
-                q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-                kv_lora_rank=need("kv_lora_rank"),
-                qk_nope_head_dim=need("qk_nope_head_dim"),
-                qk_rope_head_dim=need("qk_rope_head_dim"),
-                v_head_dim=need("v_head_dim"),
-            )
-        return cls(**spec)
+        return cls(**model_fields(cfg, name, hf_quant=hf_quant_config, source=source))
 
 
 class GPUSpec(BaseModel):
@@ -292,13 +184,15 @@ class GPUSpec(BaseModel):
     def _check(self) -> GPUSpec:
         if "bf16" not in self.flops and "fp16" not in self.flops:
             raise SpecError(f"GPU {self.name}: flops needs a bf16 or fp16 entry")
-        bad = [k for k in self.flops if k not in DTYPE_BYTES]
+        bad = [k for k in self.flops if k not in COMPUTE_DTYPES]
         if bad:
-            raise SpecError(f"GPU {self.name}: unknown dtype(s) in flops: {bad}")
+            raise SpecError(f"GPU {self.name}: unknown dtype(s) in flops: {bad}; "
+                            f"valid: {list(COMPUTE_DTYPES)}")
         return self
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak for ``dtype``; fp8 falls back to 16-bit where unsupported (A100)."""
+        """Dense peak for ``dtype``; a dtype the GPU has no tensor cores for (fp8 on A100,
+        fp4 before Blackwell) falls back to the 16-bit peak."""
         if dtype in self.flops:
             return self.flops[dtype]
         return self.flops.get("bf16", self.flops.get("fp16"))

@@ -114,13 +114,71 @@ def _op_work_traffic(ops, r, T, R, prm, agg_row):
     if basis == K.B_SCORES:
         return a * agg_row[3], b * agg_row[3] + c * agg_row[2]
     if basis == K.B_MOE:
-        tokens = T * prm[K.P_MOE_TOKENS]
+        # the busiest EP rank: its experts see every DP rank's tokens, times its routed load
+        tokens = T * prm[K.P_MOE_TOKENS] * prm[K.P_MOE_LOAD]
         experts, p = ops[r, K.C_X1], ops[r, K.C_X2]
         # probability that a given local expert receives none of the tokens
         active = experts * (1 - (1 - p) ** tokens) if tokens > 0 else 0.0
         assign = tokens * p * experts
         return a * assign, b * assign + c * active
     raise ValueError(f"basis {basis} has no work/traffic")
+
+
+def _collective_ref(ops, r, T, prm, e_m):
+    """Seconds of a collective row: TP all-reduce of b·T bytes, or the EP all-to-all of the
+    busiest rank, which moves f times a rank's mean b·T (this rank's T, not dp·T)."""
+    if int(ops[r, K.C_BASIS]) == K.B_ALLREDUCE:
+        return ring_allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP], prm[K.P_COMM_BW],
+                                       prm[K.P_COMM_LAT], e_m)
+    busiest = ops[r, K.C_B] * T * prm[K.P_MOE_LOAD]
+    return alltoall_time_ref(busiest, prm[K.P_EP], prm[K.P_COMM_BW], prm[K.P_COMM_LAT], e_m)
+
+
+def _attention_agg_ref(ops, r, q, cx, prm):
+    """Pairs, KV reads, query tokens, score entries and requests of row ``r``'s class."""
+    agg = np.zeros(5)
+    want_prefill = int(ops[r, K.C_BASIS]) != K.B_ATTN_DECODE
+    for i in range(q.shape[0]):
+        if q[i] <= 0 or (q[i] > 1) != want_prefill:
+            continue
+        pairs, kv = attention_request_ref(q[i], cx[i], ops[r, K.C_WINDOW], prm[K.P_TILE])
+        agg += (pairs, kv, q[i], q[i] * (cx[i] + q[i]), 1.0)
+    return agg
+
+
+def _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod):
+    """Per-module (compute, communication) seconds of one layer pass, row by row."""
+    comp = np.zeros(n_mod)
+    comm = np.zeros(n_mod)
+    for r in range(ops.shape[0]):
+        basis = int(ops[r, K.C_BASIS])
+        fam = int(ops[r, K.C_FAMILY])
+        mod = int(ops[r, K.C_MODULE])
+        ph = {K.B_ATTN_DECODE: K.PHASE_DECODE, K.B_ATTN_PREFILL: K.PHASE_PREFILL}.get(basis,
+                                                                                    phase)
+        e_c = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2]
+        e_m = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2 + 1]
+        off = int(ops[r, K.C_CORR + ph])
+        agg = np.zeros(5)
+        if basis in (K.B_ALLREDUCE, K.B_ALLTOALL):
+            t = _collective_ref(ops, r, T, prm, e_m)
+            if off > 0 and t > 0:
+                t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
+            comm[mod] += ops[r, K.C_FRAC] * t
+            continue
+        if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
+            agg = _attention_agg_ref(ops, r, q, cx, prm)
+            if agg[2] == 0:
+                continue
+        w, byt = _op_work_traffic(ops, r, T, R, prm, agg)
+        if w == 0 and byt == 0:
+            continue
+        t = float(roofline_time_ref(w, byt, prm[K.P_SC + fam], prm[K.P_SM], e_c, e_m))
+        t += ops[r, K.C_COUNT] * prm[K.P_FIXED + fam]
+        if off > 0:
+            t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
+        comp[mod] += ops[r, K.C_FRAC] * t
+    return comp, comm
 
 
 def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
@@ -139,48 +197,7 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
             graph, T, R = True, float(fits[0]), float(fits[0])
     phase = K.PHASE_DECODE if pure_decode else K.PHASE_PREFILL
     n_mod = mods.shape[0]
-    comp = np.zeros(n_mod)
-    comm = np.zeros(n_mod)
-    for r in range(ops.shape[0]):
-        basis = int(ops[r, K.C_BASIS])
-        fam = int(ops[r, K.C_FAMILY])
-        mod = int(ops[r, K.C_MODULE])
-        frac = ops[r, K.C_FRAC]
-        ph = {K.B_ATTN_DECODE: K.PHASE_DECODE, K.B_ATTN_PREFILL: K.PHASE_PREFILL}.get(basis,
-                                                                                    phase)
-        e_c = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2]
-        e_m = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2 + 1]
-        off = int(ops[r, K.C_CORR + ph])
-        agg = np.zeros(5)
-        if basis in (K.B_ALLREDUCE, K.B_ALLTOALL):
-            if basis == K.B_ALLREDUCE:
-                t = ring_allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP], prm[K.P_COMM_BW],
-                                            prm[K.P_COMM_LAT], e_m)
-            else:
-                t = alltoall_time_ref(ops[r, K.C_B] * T, prm[K.P_EP], prm[K.P_COMM_BW],
-                                      prm[K.P_COMM_LAT], e_m)  # this rank's T, not dp·T
-            if off > 0 and t > 0:
-                t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
-            comm[mod] += frac * t
-            continue
-        if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
-            want_prefill = basis != K.B_ATTN_DECODE
-            for i in range(n):
-                if q[i] <= 0 or (q[i] > 1) != want_prefill:
-                    continue
-                pairs, kv = attention_request_ref(q[i], cx[i], ops[r, K.C_WINDOW],
-                                                  prm[K.P_TILE])
-                agg += (pairs, kv, q[i], q[i] * (cx[i] + q[i]), 1.0)
-            if agg[2] == 0:
-                continue
-        w, byt = _op_work_traffic(ops, r, T, R, prm, agg)
-        if w == 0 and byt == 0:
-            continue
-        t = float(roofline_time_ref(w, byt, prm[K.P_SC + fam], prm[K.P_SM], e_c, e_m))
-        t += ops[r, K.C_COUNT] * prm[K.P_FIXED + fam]
-        if off > 0:
-            t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
-        comp[mod] += frac * t
+    comp, comm = _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod)
     # Algorithm 1, module by module through every layer
     sections = mods[:, K.M_SECTION]
     order = [j for j in range(n_mod) if sections[j] == K.SECTION_PRE]

@@ -13,14 +13,18 @@ The estimator turns a model + parallelism + calibration profile into three array
     ``B_ATTN_PREFILL`` requests with >1 new token:         W = a·pairs, Q = b·kv_read + c·q
     ``B_ATTN_DECODE``  requests with 1 new token:          same, over the decode requests
     ``B_SCORES``       eager attention's score matrix:     W = a·S,  Q = b·S  (S = q·k entries)
-    ``B_MOE``          routed experts on this rank:        W = a·A,  Q = b·A + c·E_active
+    ``B_MOE``          routed experts on the busiest rank: W = a·A,  Q = b·A + c·E_active
     ``B_ALLREDUCE``    ring all-reduce of b·T bytes over the TP group
-    ``B_ALLTOALL``     all-to-all of b·T bytes over the EP group
+    ``B_ALLTOALL``     all-to-all of b·T·f bytes over the EP group (busiest rank)
     =================  ===============================================================
 
     where pairs = causal (query, key) pairs, kv_read = KV tokens read (FlashAttention
     reads each request's KV once per query tile), A = token-expert assignments routed to
-    this rank, E_active = expected experts hit by at least one token.
+    the busiest expert-parallel rank, E_active = expected experts of that rank hit by at
+    least one token. An EP step waits for its slowest rank: with routed load ``f``
+    (``prm[P_MOE_LOAD]``, max over ranks / mean, from
+    :mod:`serveplan.estimator.routing`) that rank computes and receives as a rank of a
+    balanced layer would with ``f`` times the tokens (``f = 1``: every rank equal).
 
 ``mods`` (float64, one row per module): ``M_DISPATCH`` CPU dispatch seconds in eager
     mode, ``M_SECTION`` 0 = before the layers (embedding), 1 = repeated per layer,
@@ -39,15 +43,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from serveplan.kernels import jit as _njit
-
-
-def njit(*args, **kwargs):
-    """numba.njit with the NumPy error model: a division by zero yields inf/nan rather
-    than a Python exception, so the hot loops carry no zero checks. Compiled once per
-    argument type (:func:`serveplan.kernels.jit`)."""
-    kwargs.setdefault("error_model", "numpy")
-    return _njit(*args, **kwargs)
+from .primitives import (  # noqa: F401  (re-exported: roofline.attention_request, ...)
+    alltoall_time,
+    attention_aggregates,
+    attention_request,
+    expected_active,
+    njit,
+    ring_allreduce_time,
+    roofline_time,
+)
 
 # --- ops columns -------------------------------------------------------------------
 C_MODULE, C_BASIS, C_A, C_B, C_C, C_FAMILY, C_COUNT, C_FRAC, C_WINDOW, C_X1, C_X2, C_PARAM = range(12)
@@ -82,6 +86,7 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_TP,  # tensor-parallel group size (all-reduce ring size)
     P_EP,  # expert-parallel group size (all-to-all size)
     P_MOE_TOKENS,  # dp: one rank's experts see the tokens of all dp (equally loaded) ranks
+    P_MOE_LOAD,  # routed load of the busiest EP rank over the mean (>= 1; 1 = balanced)
     P_GRAPH,  # 1.0: pure-decode steps run as one captured CUDA graph
     P_GRAPH_LAUNCH,  # CPU time to launch one graph replay
     P_STEP_OVERHEAD,  # CPU time per engine step outside the forward pass
@@ -93,7 +98,7 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_P2P_BYTES,  # bytes per token sent between pipeline stages
     P_SM,  # peak memory bandwidth, B/s
     P_SC,  # peak FLOP/s per family (N_FAMILIES entries)
-) = range(16)
+) = range(17)
 P_EFF = P_SC + N_FAMILIES  # e_c, e_m for [phase][family]: 2 * N_FAMILIES * 2 entries
 P_FIXED = P_EFF + 2 * N_FAMILIES * 2  # GPU seconds every kernel of a family costs (N_FAMILIES)
 N_PARAMS = P_FIXED + N_FAMILIES  # corrector tables are appended after this
@@ -104,108 +109,6 @@ PHASE_PREFILL, PHASE_DECODE = 0, 1
 def eff_index(phase, family, which):
     """Index in ``prm`` of e_c (``which`` = 0) or e_m (``which`` = 1)."""
     return P_EFF + (phase * N_FAMILIES + family) * 2 + which
-
-
-@njit(cache=True)
-def roofline_time(work, traffic, peak_flops, peak_bw, e_c, e_m):
-    """Adapted roofline time of one operator, seconds.
-
-    ``max(W / (e_c S_c), Q / (e_m S_m))``, equal to ``W / P`` with
-    ``P = min(e_c S_c, I e_m S_m)`` and ``I = W / Q`` (BestServe eq. 3).
-    """
-    t_c = work / (e_c * peak_flops)
-    t_m = traffic / (e_m * peak_bw)
-    return t_c if t_c > t_m else t_m
-
-
-@njit(cache=True)
-def ring_allreduce_time(nbytes, group, bw, latency, eff):
-    """Ring all-reduce of ``nbytes`` over ``group`` ranks: 2(n-1)/n · bytes / (eff·bw) + 2(n-1)·lat."""
-    if group <= 1 or nbytes <= 0.0:
-        return 0.0
-    steps = 2.0 * (group - 1)
-    return steps / group * nbytes / (eff * bw) + steps * latency
-
-
-@njit(cache=True)
-def alltoall_time(nbytes, group, bw, latency, eff):
-    """All-to-all of ``nbytes`` per rank over ``group`` ranks: (n-1)/n · bytes / (eff·bw) + lat."""
-    if group <= 1 or nbytes <= 0.0:
-        return 0.0
-    return (group - 1.0) / group * nbytes / (eff * bw) + latency
-
-
-@njit(cache=True)
-def _pairs_upto(n, window):
-    """Causal (query, key) pairs of the first ``n`` positions: sum_{p<n} min(p+1, window)."""
-    if window <= 0.0 or n <= window:
-        return n * (n + 1.0) * 0.5
-    return window * (window + 1.0) * 0.5 + (n - window) * window
-
-
-@njit(cache=True)
-def attention_request(q, c, window, tile):
-    """Pairs and KV tokens read for one request with ``q`` new tokens after ``c`` cached ones.
-
-    Pairs are causal: query at position p sees min(p+1, window) keys. KV reads follow
-    FlashAttention: each query tile of ``tile`` rows streams the keys it can see once.
-    Returns ``(pairs, kv_read)``.
-    """
-    pairs = _pairs_upto(c + q, window) - _pairs_upto(c, window)
-    if q <= 1.0:
-        kv = c + q
-        if window > 0.0 and kv > window:
-            kv = window
-        return pairs, kv
-    kv = 0.0
-    start = 0.0
-    while start < q:
-        end = start + tile
-        if end > q:
-            end = q
-        seen = c + end
-        if window > 0.0:
-            lo = c + start - window + 1.0
-            if lo > 0.0:
-                seen -= lo
-        kv += seen
-        start = end
-    return pairs, kv
-
-
-@njit(cache=True)
-def attention_aggregates(new_tokens, context_len, n, prefill_class, window, tile, out):
-    """Sum pairs, KV reads and query tokens over the requests of one class.
-
-    ``prefill_class``: True sums requests with more than one new token, False the rest.
-    Writes ``out[0] = pairs, out[1] = kv_read, out[2] = query tokens,
-    out[3] = full score entries q·(c+q)`` (what an eager implementation materialises),
-    out[4] = number of requests``.
-    """
-    out[0] = 0.0
-    out[1] = 0.0
-    out[2] = 0.0
-    out[3] = 0.0
-    out[4] = 0.0
-    for i in range(n):
-        q = float(new_tokens[i])
-        if q <= 0.0 or (q > 1.0) != prefill_class:
-            continue
-        c = float(context_len[i])
-        pairs, kv = attention_request(q, c, window, tile)
-        out[0] += pairs
-        out[1] += kv
-        out[2] += q
-        out[3] += q * (c + q)
-        out[4] += 1.0
-
-
-@njit(cache=True)
-def _expected_active(experts, frac, tokens):
-    """Expected local experts hit by at least one of ``tokens`` tokens (uniform routing)."""
-    if tokens <= 0.0:
-        return 0.0
-    return experts * (1.0 - (1.0 - frac) ** tokens)
 
 
 # --- learned residual correctors ----------------------------------------------------
@@ -348,6 +251,61 @@ def _is_attention_basis(basis):
 
 
 @njit(cache=True)
+def _row_phase(basis, phase):
+    """The phase whose efficiencies price a row: attention rows keep their request class's
+    (decode or prefill) in a mixed step; every other row takes the step's."""
+    if basis == B_ATTN_DECODE:
+        return PHASE_DECODE
+    if basis == B_ATTN_PREFILL:
+        return PHASE_PREFILL
+    return phase
+
+
+@njit(cache=True)
+def _comm_row_time(basis, nbytes, T, prm, e_m):
+    """Seconds of one collective row whose bytes per token are ``nbytes``.
+
+    ``B_ALLREDUCE``: ring all-reduce of ``nbytes·T`` over the TP group. ``B_ALLTOALL``: the
+    EP all-to-all waits for the busiest rank, which receives (dispatch) and sends back
+    (combine) ``f`` times a rank's mean: ``nbytes·T·f``, with ``nbytes·T`` = the step's T
+    tokens (one attention-DP rank's) x top-k x h x bytes and ``f = prm[P_MOE_LOAD]``.
+    """
+    if basis == B_ALLREDUCE:
+        return ring_allreduce_time(nbytes * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
+    return alltoall_time(nbytes * T * prm[P_MOE_LOAD], prm[P_EP], prm[P_COMM_BW],
+                         prm[P_COMM_LAT], e_m)
+
+
+@njit(cache=True)
+def _work_traffic(basis, r, T, R, agg, ops, prm):
+    """``(W, Q, busy)`` of non-collective row ``r`` in this step (the basis table of the
+    module doc); ``busy`` is False when the row has nothing to do (no tokens, no requests
+    of its attention class), and then it costs nothing, not even its fixed time.
+
+    ``B_MOE`` prices the busiest expert-parallel rank: its experts see the step's tokens of
+    all ``dp`` ranks times its routed load ``f`` (``prm[P_MOE_LOAD]``), spread over its
+    ``C_X1`` local experts, each picked by a token with probability ``C_X2``.
+    """
+    a = ops[r, C_A]
+    b = ops[r, C_B]
+    c = ops[r, C_C]
+    if basis == B_TOKENS:
+        return a * T, b * T + c, T > 0.0
+    if basis == B_ROWS:
+        return a * R, b * R + c, R > 0.0
+    if basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE:
+        return a * agg[r, 0], b * agg[r, 1] + c * agg[r, 2], agg[r, 2] > 0.0
+    if basis == B_SCORES:
+        return a * agg[r, 3], b * agg[r, 3] + c * agg[r, 2], agg[r, 3] > 0.0
+    tokens = T * prm[P_MOE_TOKENS] * prm[P_MOE_LOAD]  # B_MOE
+    local_experts = ops[r, C_X1]
+    frac_hit = ops[r, C_X2]  # top-k / experts: chance a token picks one given expert
+    assign = tokens * frac_hit * local_experts
+    return (a * assign, b * assign + c * expected_active(local_experts, frac_hit, tokens),
+            tokens > 0.0)
+
+
+@njit(cache=True)
 def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
     """Add the times of the attention rows (``attention``) or of all other rows (which
     depend on T, R and the phase only) into ``comp`` / ``comm``; see :func:`module_times`."""
@@ -357,65 +315,25 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
         basis = int(ops[r, C_BASIS])
         if _is_attention_basis(basis) != attention:
             continue
-        mod = int(ops[r, C_MODULE])
-        a = ops[r, C_A]
-        b = ops[r, C_B]
-        c = ops[r, C_C]
-        frac = ops[r, C_FRAC]
-        ph = phase
-        if basis == B_ATTN_DECODE:
-            ph = PHASE_DECODE
-        elif basis == B_ATTN_PREFILL:
-            ph = PHASE_PREFILL
+        ph = _row_phase(basis, phase)
         corr_off = int(ops[r, C_CORR + ph])
         if basis == B_ALLREDUCE or basis == B_ALLTOALL:
             e_m = prm[eff_index(ph, int(ops[r, C_FAMILY]), 1)]
-            if basis == B_ALLREDUCE:
-                t = ring_allreduce_time(b * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
-            else:  # b·T: the step's T tokens (one attention-DP rank's) x top-k x h x bytes
-                t = alltoall_time(b * T, prm[P_EP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
+            t = _comm_row_time(basis, ops[r, C_B], T, prm, e_m)
             if corr_off > 0 and t > 0.0:
                 if lT != lT:
                     lT = np.log2(T)
                 t *= correction(prm, corr_off, T, lT, agg, ops, r)
-            comm[mod] += frac * t
+            comm[int(ops[r, C_MODULE])] += ops[r, C_FRAC] * t
             continue
-        rows_basis = False
-        if basis == B_TOKENS:
-            if T <= 0.0:
-                continue
-            w = a * T
-            q = b * T + c
-        elif basis == B_ROWS:
-            if R <= 0.0:
-                continue
-            w = a * R
-            q = b * R + c
-            rows_basis = True
-        elif basis == B_ATTN_PREFILL or basis == B_ATTN_DECODE:
-            if agg[r, 2] <= 0.0:
-                continue
-            w = a * agg[r, 0]
-            q = b * agg[r, 1] + c * agg[r, 2]
-        elif basis == B_SCORES:
-            if agg[r, 3] <= 0.0:
-                continue
-            w = a * agg[r, 3]
-            q = b * agg[r, 3] + c * agg[r, 2]
-        else:  # B_MOE
-            tokens = T * prm[P_MOE_TOKENS]
-            if tokens <= 0.0:
-                continue
-            local_experts = ops[r, C_X1]
-            frac_hit = ops[r, C_X2]  # top-k / num_experts: chance a token picks one expert
-            assign = tokens * frac_hit * local_experts
-            w = a * assign
-            q = b * assign + c * _expected_active(local_experts, frac_hit, tokens)
+        w, q, busy = _work_traffic(basis, r, T, R, agg, ops, prm)
+        if not busy:
+            continue
         t_c = w * ops[r, C_RATE + 2 * ph]
         t_m = q * ops[r, C_RATE + 2 * ph + 1]
         t = (t_c if t_c > t_m else t_m) + ops[r, C_FIXED]  # roofline_time, precomputed rates
         if corr_off > 0:
-            if rows_basis:
+            if basis == B_ROWS:
                 if lR != lR:
                     lR = np.log2(R) if R > 0.0 else -np.inf
                 t *= correction(prm, corr_off, R, lR, agg, ops, r)
@@ -423,7 +341,7 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
                 if lT != lT:
                     lT = np.log2(T) if T > 0.0 else -np.inf
                 t *= correction(prm, corr_off, T, lT, agg, ops, r)
-        comp[mod] += frac * t
+        comp[int(ops[r, C_MODULE])] += ops[r, C_FRAC] * t
 
 
 @njit(cache=True)
@@ -568,6 +486,27 @@ def step_time(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp
 
 
 @njit(cache=True)
+def _uniform_aggregates(B, q, c, pure_decode, ops, tile, agg):
+    """Attention aggregates of ``B`` identical requests (``q`` new tokens after ``c``
+    cached) into ``agg``: one request's pairs and KV reads scaled by ``B``, on the rows of
+    the batch's attention class; the other class's rows are zeroed."""
+    for r in range(ops.shape[0]):
+        basis = int(ops[r, C_BASIS])
+        if not _is_attention_basis(basis):
+            continue
+        if (basis != B_ATTN_DECODE) == pure_decode:
+            for i in range(N_AGG):
+                agg[r, i] = 0.0
+            continue
+        pairs, kv = attention_request(q, c, ops[r, C_WINDOW], tile)
+        agg[r, 0] = B * pairs
+        agg[r, 1] = B * kv
+        agg[r, 2] = B * q
+        agg[r, 3] = B * q * (c + q)
+        agg[r, 4] = B
+
+
+@njit(cache=True)
 def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_sizes, out):
     """Step seconds for uniform batches, elementwise over 1-D arrays (the vectorized path).
 
@@ -575,9 +514,8 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
     ``context_len[k]`` cached ones. Attention aggregates are those of one request scaled
     by the batch size, so the cost per entry does not grow with the batch.
     """
-    n_ops = ops.shape[0]
     n_mod = mods.shape[0]
-    agg = np.zeros((n_ops, N_AGG))
+    agg = np.zeros((ops.shape[0], N_AGG))
     comp = np.zeros(n_mod)
     comm = np.zeros(n_mod)
     # token-count rows of a padded decode step depend on the capture size only: computed
@@ -586,7 +524,6 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
     cache_comp = np.zeros((n_sizes, n_mod))
     cache_comm = np.zeros((n_sizes, n_mod))
     cached = np.zeros(n_sizes, dtype=np.bool_)
-    tile = prm[P_TILE]
     use_graph = prm[P_GRAPH] > 0.0
     for k in range(batch.shape[0]):
         B = float(batch[k])
@@ -596,38 +533,16 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
             out[k] = 0.0
             continue
         T = B * q
-        R = B
         pure_decode = q <= 1.0
-        gi = -1
-        if pure_decode and use_graph:
-            gi = _graph_index(T, graph_sizes)
-            if gi >= 0:
-                T = graph_sizes[gi]
-                R = T
-        for r in range(n_ops):
-            basis = int(ops[r, C_BASIS])
-            if _is_attention_basis(basis):
-                is_prefill_row = basis != B_ATTN_DECODE
-                if is_prefill_row == pure_decode:
-                    agg[r, 0] = 0.0
-                    agg[r, 1] = 0.0
-                    agg[r, 2] = 0.0
-                    agg[r, 3] = 0.0
-                    agg[r, 4] = 0.0
-                    continue
-                pairs, kv = attention_request(q, c, ops[r, C_WINDOW], tile)
-                agg[r, 0] = B * pairs
-                agg[r, 1] = B * kv
-                agg[r, 2] = B * q
-                agg[r, 3] = B * q * (c + q)
-                agg[r, 4] = B
-        phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
+        gi = _graph_index(T, graph_sizes) if pure_decode and use_graph else -1
+        _uniform_aggregates(B, q, c, pure_decode, ops, prm[P_TILE], agg)
         if gi >= 0:
+            T = graph_sizes[gi]
             if not cached[gi]:
                 for j in range(n_mod):
                     comp[j] = 0.0
                     comm[j] = 0.0
-                add_row_times(T, R, phase, agg, ops, prm, comp, comm, False)
+                add_row_times(T, T, PHASE_DECODE, agg, ops, prm, comp, comm, False)
                 for j in range(n_mod):
                     cache_comp[gi, j] = comp[j]
                     cache_comm[gi, j] = comm[j]
@@ -636,7 +551,8 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
                 for j in range(n_mod):
                     comp[j] = cache_comp[gi, j]
                     comm[j] = cache_comm[gi, j]
-            add_row_times(T, R, phase, agg, ops, prm, comp, comm, True)
+            add_row_times(T, T, PHASE_DECODE, agg, ops, prm, comp, comm, True)
         else:
-            module_times(T, R, phase, agg, ops, prm, comp, comm)
+            phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
+            module_times(T, B, phase, agg, ops, prm, comp, comm)
         out[k] = _finish(comp, comm, mods, prm, gi >= 0, T)

@@ -31,7 +31,7 @@ import shlex
 from dataclasses import dataclass
 
 from serveplan.errors import UserError
-from serveplan.estimator.catalog import _model_index
+from serveplan.estimator.catalog import model_repo
 from serveplan.pools_config import Deployment, InstanceConfig, instance_fields, to_pools
 
 __all__ = ["Placement", "check_fits", "hf_repo", "place", "sglang_commands", "vllm_commands"]
@@ -44,12 +44,7 @@ SGLANG_DIST_PORT = 5000
 
 def hf_repo(model: str) -> str:
     """The Hugging Face repo id of a catalog model name (paths and unknown names unchanged)."""
-    index = _model_index()
-    key = model.lower()
-    for candidate in (key, key[:-3] if key.endswith("-hf") else key):
-        if candidate in index:
-            return index[candidate][: -len(".json")].replace("--", "/")
-    return model
+    return model_repo(model) or model
 
 
 # ----------------------------------------------------------------------------- checks
@@ -183,6 +178,9 @@ def _vllm_flags(c: InstanceConfig) -> list[str]:
         f.append(f"--data-parallel-size {c.dp}")
     if c.ep > 1:
         f.append("--enable-expert-parallel")
+    if c.moe_routing is not None and c.moe_routing.balanced_placement:
+        f.append("--enable-eplb --eplb-config "
+                 f"'{{\"num_redundant_experts\": {c.moe_routing.redundant_experts}}}'")
     f.append(f"--max-num-seqs {c.max_num_seqs}")
     if c.max_num_batched_tokens is not None:
         f.append(f"--max-num-batched-tokens {c.max_num_batched_tokens}")
@@ -270,6 +268,9 @@ def _sglang_flags(c: InstanceConfig) -> list[str]:
         f.append(f"--dp {c.dp}")
     if c.ep > 1:
         f.append(f"--ep-size {c.ep}")
+    if c.moe_routing is not None and c.moe_routing.balanced_placement:
+        f.append(f"--enable-eplb --ep-num-redundant-experts "
+                 f"{c.moe_routing.redundant_experts}")
     f.append(f"--max-running-requests {c.max_num_seqs}")
     if c.max_num_batched_tokens is not None:
         f.append(f"--chunked-prefill-size {c.max_num_batched_tokens}")

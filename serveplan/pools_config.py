@@ -42,6 +42,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from serveplan.estimator.routing import MoERouting
+
 SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
                         "trtllm-max-utilization"]
 EngineName = Literal["vllm", "sglang", "trtllm"]
@@ -181,6 +183,10 @@ class InstanceConfig(EngineConfig):
         None, description="Engine version (e.g. 0.19.0); default: the newest the profile knows.")
     runtime_profile: str | None = Field(
         None, description="Runtime profile JSON path (default: the engine's shipped profile).")
+    moe_routing: MoERouting | None = Field(
+        None, description="MoE routing skew and expert placement across the ep ranks, e.g. "
+        "{kind: zipf, skew: 1.0, redundant_experts: 32} (serveplan.estimator.routing); "
+        "default uniform.")
 
 
 INSTANCE_FIELDS = tuple(InstanceConfig.model_fields)

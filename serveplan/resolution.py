@@ -123,7 +123,7 @@ def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
         return d.num_gpu_blocks, None
     plan = plan_engine_memory(
         engine, oracle.model, oracle.gpu, Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
-        max_model_len=max_len, dtype=oracle.weight_dtype, kv_dtype=d.kv_dtype,
+        max_model_len=max_len, dtype=oracle.quantization, kv_dtype=d.kv_dtype,
         profile=oracle.profile,
         **_engine_memory_knobs(engine, d, mnbt, block_size, max_num_seqs))
     plan.raise_if_unfit()
@@ -164,7 +164,7 @@ def resolve_instance(d: Deployment) -> ResolvedDeployment:
     max_num_seqs = _knob(d, "max_num_seqs", rt)
     oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp, dtype=d.dtype,
                         kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
-                        max_num_seqs=max_num_seqs)
+                        max_num_seqs=max_num_seqs, moe_routing=d.moe_routing)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

@@ -86,10 +86,12 @@ _LOCAL_IMPORT = re.compile(r"^\s*from\s+(?:serveplan\.sim)?\.(\w*)\s+import\s+([
                            re.MULTILINE)
 
 
-def _roofline() -> Path:
-    from serveplan.kernels import roofline
+def _kernel_sources() -> list[Path]:
+    """The cost kernels the simulator compiles in: ``roofline`` and the scalar formulas it
+    inlines from ``primitives``."""
+    from serveplan.kernels import primitives, roofline
 
-    return Path(roofline.__file__)
+    return [Path(roofline.__file__), Path(primitives.__file__)]
 
 
 def _direct_deps(source: Path) -> set[Path]:
@@ -100,7 +102,7 @@ def _direct_deps(source: Path) -> set[Path]:
         candidates = [module] if module else [n.strip() for n in names.strip("()").split(",")]
         deps.update(_SIM_DIR / f"{c}.py" for c in candidates if (_SIM_DIR / f"{c}.py").is_file())
     if "serveplan.kernels" in text:
-        deps.add(_roofline())
+        deps.update(_kernel_sources())
     return deps
 
 
@@ -118,32 +120,54 @@ def _newest_dependency(source: Path, direct: dict[Path, set[Path]]) -> float:
 
 
 @functools.cache
-def _cache_dir() -> Path:
-    """Where numba caches the functions of this package's files, by numba's own rule
-    (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the sources, else a per-user one)."""
+def _cache_dir(probe=None) -> Path:
+    """Where numba caches the functions of ``probe``'s package (default: this one), by
+    numba's own rule (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the sources, else a
+    per-user one)."""
+    probe = probe or refresh
     try:
         from numba.core.caching import FunctionCache
 
-        return Path(FunctionCache(refresh)._cache_path)
+        return Path(FunctionCache(probe)._cache_path)
     except (ImportError, AttributeError, RuntimeError, OSError):
-        return _SIM_DIR / "__pycache__"
+        return Path(probe.__code__.co_filename).parent / "__pycache__"
+
+
+def _refresh_kernels() -> int:
+    """Delete ``roofline``'s cache entries older than ``primitives``, whose functions they
+    inline (numba keys them on ``roofline.py`` alone)."""
+    from serveplan.kernels import roofline
+
+    roofline_src, primitives_src = _kernel_sources()
+    removed = 0
+    try:
+        newest = max(roofline_src.stat().st_mtime, primitives_src.stat().st_mtime)
+        for path in _cache_dir(roofline.fill_rates.py_func).glob("roofline.*.nb[ic]"):
+            if path.stat().st_mtime < newest:
+                path.unlink()
+                removed += 1
+    except OSError:
+        pass
+    return removed
 
 
 def refresh() -> int:
-    """Delete stale cache files of the simulator modules; returns how many were removed.
+    """Delete stale cache files of the simulator modules (and of the cost kernels that
+    inline others, :func:`_refresh_kernels`); returns how many were removed.
 
     A module's cache entries are stale when they are older than the module or anything it
     imports from the simulator package or the cost kernels, transitively.
     """
+    kernels_removed = _refresh_kernels()
     cache_dir = _cache_dir()
     if not cache_dir.is_dir():
-        return 0
+        return kernels_removed
     try:
         sources = sorted(_SIM_DIR.glob("*.py"))
         direct = {src: _direct_deps(src) for src in sources}
     except OSError:
-        return 0
-    removed = 0
+        return kernels_removed
+    removed = kernels_removed
     for source in sources:
         entries = list(cache_dir.glob(f"{source.stem}.*.nb[ic]"))
         if not entries:

@@ -95,11 +95,13 @@ def test_minimax_m2_is_read_as_a_moe_model(shared_data):
 def _check_parameter_count(m, params: float) -> None:
     t = build_ops(m, Parallelism())
     ops = t.ops
-    per_layer = np.sum(ops[:, K.C_PARAM] * ops[:, K.C_FRAC] *
+    # each row's resident bytes over its class's bytes per weight (norms: 16-bit)
+    wbytes = np.array([t.quant.bytes_per_element(c) if c else 2.0 for c in t.wclass])
+    count = ops[:, K.C_PARAM] / wbytes
+    per_layer = np.sum(count * ops[:, K.C_FRAC] *
                        (ops[:, K.C_MODULE] >= 1) * (ops[:, K.C_MODULE] <= 4))
-    other = np.sum(ops[:, K.C_PARAM] * ((ops[:, K.C_MODULE] < 1) | (ops[:, K.C_MODULE] > 4)))
-    wbytes = 1 if m.checkpoint_fp8 else 2
-    total = (per_layer * m.num_layers + other) / wbytes
+    other = np.sum(count * ((ops[:, K.C_MODULE] < 1) | (ops[:, K.C_MODULE] > 4)))
+    total = per_layer * m.num_layers + other
     if m.tie_word_embeddings:
         assert "lm_head" in t.names
     assert total == pytest.approx(params, rel=0.02)
@@ -123,3 +125,78 @@ def test_parallelism_validation():
         Parallelism(tp=2, ep=2).check_model(m)
     with pytest.raises(ValueError, match="ep"):
         Parallelism(tp=2, ep=4)
+
+
+# ------------------------------------------------------------------ aliases and variants
+@pytest.mark.parametrize("name,base", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("llama-3.1-70b-instruct", "llama-3.1-70b"),
+    ("meta-llama/Meta-Llama-3.1-70B-Instruct", "llama-3.1-70b"),   # the repository's old name
+    ("mixtral-8x7b", "mixtral-8x7b-v0.1"),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b-v0.1"),
+    ("Qwen/Qwen2.5-72B", "qwen2.5-72b-instruct"),                  # base -> the shipped instruct
+    ("google/gemma-2-9b-it", "gemma-2-9b"),
+])
+def test_instruct_and_base_variants_share_the_architecture(name, base):
+    """A variant is read from its shipped sibling's config.json: same architecture, weights
+    and quantization (bf16)."""
+    got, want = resolve_model(name), resolve_model(base)
+    assert got.model_dump(exclude={"name"}) == want.model_dump(exclude={"name"})
+
+
+@pytest.mark.parametrize("name,base,label,kv", [
+    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", "fp8_block", "bf16"),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", "fp8", "bf16"),
+    ("llama-3.1-70b-instruct-fp8", "llama-3.1-70b", "fp8", "bf16"),
+    ("nvidia/Qwen3-32B-NVFP4", "qwen3-32b", "nvfp4", "fp8"),
+])
+def test_quantized_checkpoints_resolve_to_their_quantization(name, base, label, kv):
+    got, want = resolve_model(name), resolve_model(base)
+    assert got.model_dump(exclude={"name", "quantization"}) == \
+        want.model_dump(exclude={"name", "quantization"})
+    assert (got.quantization.label, got.quantization.kv_cache) == (label, kv)
+    assert got.quantization.lm_head.kind == "bf16"  # every one of them keeps the LM head
+
+
+@pytest.mark.parametrize("repo,layers,experts,label", [
+    ("deepseek-ai/DeepSeek-R1", 61, 256, "fp8_block"),
+    ("nvidia/DeepSeek-V3.1-NVFP4", 61, 256, "nvfp4"),
+    ("MiniMaxAI/MiniMax-M2.5", 62, 256, "fp8_block"),
+    ("nvidia/MiniMax-M2.5-NVFP4", 62, 256, "nvfp4"),
+    ("moonshotai/Kimi-K2.5", 61, 384, "int4"),
+    ("nvidia/Kimi-K2.5-NVFP4", 61, 384, "nvfp4"),
+    ("meta-llama/Llama-3.1-70B", 80, 0, "bf16"),
+    ("Qwen/Qwen3-32B", 64, 0, "bf16"),
+])
+def test_e2e_models_by_hf_id_and_short_name(repo, layers, experts, label):
+    """The measured end-to-end deployments' models, with the configs they were run from
+    (provenance: estimator/data/models/SOURCE.md)."""
+    m = resolve_model(repo)
+    assert (m.num_layers, m.num_experts, m.quantization.label) == (layers, experts, label)
+    assert resolve_model(repo.split("/")[1]).model_dump() == m.model_dump()
+
+
+def test_every_alias_names_a_shipped_config_and_a_source():
+    from serveplan.estimator.catalog import _aliases
+
+    for alias, fields in _aliases().items():
+        assert fields.get("source"), alias
+        assert resolve_model(alias).num_layers == resolve_model(fields["config"]).num_layers
+
+
+def test_an_unknown_quantized_name_is_not_read_as_its_16bit_base():
+    with pytest.raises(CatalogError, match="unknown model 'qwen3-8b-awq'"):
+        resolve_model("qwen3-8b-awq")
+
+
+@pytest.mark.parametrize("name,repo", [
+    ("llama-3.1-8b", "meta-llama/Llama-3.1-8B"),
+    ("qwen3-235b-a22b-fp8", "Qwen/Qwen3-235B-A22B-FP8"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+    ("llama-3.1-8b-instruct", None),    # a variant without its org: the repo is not known
+    ("no-such-model", None),
+])
+def test_model_repo(name, repo):
+    from serveplan.estimator.catalog import model_repo
+
+    assert model_repo(name) == repo

@@ -14,10 +14,12 @@ from rich.table import Table
 from serveplan.commands.app import app
 from serveplan.commands.common import check_at_most
 from serveplan.errors import UserError, report_errors
+from serveplan.estimator.catalog import resolve_model
 from serveplan.estimator.engine_memory import ENGINE_RULES, ENGINES, plan_engine_memory
 from serveplan.estimator.memory import GIB, BatchFit, MemoryPlan, batch_kv_fit, plan_memory
-from serveplan.estimator.oracle import CostOracle, check_dtype_supported
+from serveplan.estimator.oracle import Breakdown, CostOracle, check_dtype_supported
 from serveplan.estimator.profile import load_profile
+from serveplan.estimator.routing import MAX_REDUNDANT, MAX_SKEW, MoERouting
 from serveplan.estimator.specs import Parallelism
 
 
@@ -27,6 +29,18 @@ class Phase(str, Enum):
 
 
 class WeightDType(str, Enum):
+    """``--dtype`` shorthand: every weight class in one format (docs/precision.md)."""
+
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    fp8_block = "fp8_block"
+    nvfp4 = "nvfp4"
+    mxfp4 = "mxfp4"
+    int4 = "int4"
+
+
+class KvDType(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"
@@ -41,11 +55,20 @@ TpOpt = typer.Option(1, "--tp", min=1, help="Tensor-parallel size.")
 PpOpt = typer.Option(1, "--pp", min=1, help="Pipeline-parallel size.")
 EpOpt = typer.Option(1, "--ep", min=1, help="Expert-parallel size (MoE).")
 DpOpt = typer.Option(1, "--dp", min=1, help="Attention data-parallel size (MoE with EP).")
-DtypeOpt = typer.Option(None, "--dtype", help="Weight dtype (default: the checkpoint's).")
-KvDtypeOpt = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: model dtype).")
+DtypeOpt = typer.Option(None, "--dtype", help="Every weight class in this format "
+                        "(default: the checkpoint's quantization).")
+KvDtypeOpt = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the checkpoint's).")
 ProfileOpt = typer.Option(None, "--profile", exists=False,
                           help="Calibration profile JSON (default: shipped profile for the GPU).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
+SkewOpt = typer.Option(0.0, "--moe-routing-skew", min=0.0, max=MAX_SKEW,
+                       help="Zipf exponent s of expert popularity, p_e ~ e^-s (0: uniform "
+                       "routing); the step waits for the busiest --ep rank.")
+RedundantOpt = typer.Option(0, "--redundant-experts", min=0, max=MAX_REDUNDANT,
+                            help="EPLB's replicas of the hottest experts (vLLM "
+                            "num_redundant_experts); places experts by load.")
+EplbOpt = typer.Option(False, "--enable-eplb",
+                       help="Place experts by load as EPLB (implied by --redundant-experts).")
 
 
 MAX_BATCH = 1 << 20
@@ -69,10 +92,12 @@ def estimate(
         0, "--context-len", min=0,
         help="Tokens already in the KV cache per request (decode context, or prefix hits)."),
     dtype: WeightDType | None = DtypeOpt,
-    kv_dtype: WeightDType | None = KvDtypeOpt,
+    kv_dtype: KvDType | None = KvDtypeOpt,
     cuda_graph: bool = typer.Option(True, "--cuda-graph/--no-cuda-graph",
                                     help="Replay pure-decode steps as CUDA graphs."),
     profile: Path | None = ProfileOpt,
+    moe_routing_skew: float = SkewOpt, redundant_experts: int = RedundantOpt,
+    enable_eplb: bool = EplbOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Time of one engine step: per-module dispatch, compute and communication.
@@ -80,11 +105,14 @@ def estimate(
     Requests longer than the model's max_position_embeddings are refused. When the batch's
     KV cache (block-rounded, vLLM's rule at its defaults) does not fit on the deployment, a
     warning line goes to stderr and --json carries "fits_in_memory": false; the step time
-    is still printed (a roofline what-if).
+    is still printed (a roofline what-if). With a skewed MoE router the step is priced at
+    its busiest expert-parallel rank (docs/moe.md).
     """
     check_at_most("--batch", batch, MAX_BATCH, "the step's per-request arrays are "
                   "allocated; no engine batches more")
-    oracle = _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile)
+    routing = _routing(model, ep, moe_routing_skew, redundant_experts, enable_eplb)
+    oracle = _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile,
+                     routing)
     new = _new_tokens(phase, input_len)
     _check_positions(oracle, context_len, new, phase)
     kv = _batch_memory(oracle, batch, context_len + new)
@@ -100,13 +128,18 @@ def estimate(
         out["kv_cache"] = asdict(kv)
         typer.echo(json.dumps(out, indent=2))
         return
-    console = Console()
     cfg = oracle.describe()
     title = (f"{cfg['model']} on {cfg['gpu']} tp={tp} pp={pp}"
              + (f" ep={ep}" if ep > 1 else "")
              + f" · {phase.value} batch={batch}"
              + (f" input_len={input_len}" if phase is Phase.prefill else "")
              + f" context_len={context_len}")
+    _print_step(bd, oracle, title, tokens)
+
+
+def _print_step(bd: Breakdown, oracle: CostOracle, title: str, tokens: int) -> None:
+    """The per-module table and the step line of ``estimate``."""
+    console = Console()
     table = Table(title=title)
     table.add_column("module")
     for col in ("dispatch ms", "compute ms", "comm ms"):
@@ -118,6 +151,8 @@ def estimate(
     graph = " (CUDA graph)" if bd.cuda_graph else ""
     console.print(f"step time [bold]{_ms(bd.time_s)} ms[/bold]{graph}, {bd.bound}-bound, "
                   f"{tokens / bd.time_s:,.0f} tokens/s")
+    if oracle.moe_load > 1.0:
+        console.print(f"MoE: the busiest ep rank holds {oracle.moe_load:.3f}x the mean load")
 
 
 Engine = Enum("Engine", {e: e for e in ENGINES}, type=str)  # vllm, sglang, trtllm
@@ -172,7 +207,7 @@ def memory(
     max_total_tokens: int | None = MaxTotalOpt, chunked_prefill_size: int | None = ChunkOpt,
     free_gpu_memory_fraction: float | None = FreeFracOpt, tokens_per_block: int | None = TpbOpt,
     max_num_tokens: int | None = MaxNumTokOpt, max_tokens: int | None = MaxTokOpt,
-    dtype: WeightDType | None = DtypeOpt, kv_dtype: WeightDType | None = KvDtypeOpt,
+    dtype: WeightDType | None = DtypeOpt, kv_dtype: KvDType | None = KvDtypeOpt,
     profile: Path | None = ProfileOpt, as_json: bool = JsonOpt,
 ) -> None:
     """KV-cache plan of one instance: weights, activations, KV blocks, by the engine's rule.
@@ -258,7 +293,7 @@ def _batch_memory(oracle: CostOracle, batch: int, tokens_per_request: int) -> Ba
     """The batch's KV against vLLM's plan for this deployment; warns when it does not fit."""
     par = oracle.parallel
     plan = plan_memory(oracle.model, oracle.gpu, par, max_model_len=tokens_per_request,
-                       dtype=oracle.weight_dtype, kv_dtype=oracle.kv_dtype,
+                       dtype=oracle.quantization, kv_dtype=oracle.kv_dtype,
                        profile=oracle.profile)
     kv = batch_kv_fit(plan, batch, tokens_per_request)
     if plan.available_kv_bytes <= 0:
@@ -273,10 +308,26 @@ def _batch_memory(oracle: CostOracle, batch: int, tokens_per_request: int) -> Ba
     return kv
 
 
-def _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile) -> CostOracle:
+def _routing(model: str, ep: int, skew: float, redundant: int,
+             eplb: bool) -> MoERouting | None:
+    """The routing flags as a :class:`MoERouting` (None when none is given)."""
+    if not (skew or redundant or eplb):
+        return None
+    spec = resolve_model(model)
+    if not spec.is_moe:
+        raise UserError(f"--moe-routing-skew, --redundant-experts, --enable-eplb: "
+                        f"{spec.name} has no experts to route")
+    routing = MoERouting(kind="zipf" if skew else "uniform", skew=skew,
+                         redundant_experts=redundant, eplb=True if eplb else None)
+    routing.check(spec.num_experts, ep, spec.name, field="--redundant-experts")
+    return routing
+
+
+def _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile,
+            routing=None) -> CostOracle:
     oracle = CostOracle(model, gpu, tp=tp, pp=pp, ep=ep, dp=dp,
                         dtype=dtype.value if dtype else None,
                         kv_dtype=kv_dtype.value if kv_dtype else None,
-                        cuda_graph=cuda_graph, profile=profile)
+                        cuda_graph=cuda_graph, profile=profile, moe_routing=routing)
     check_dtype_supported(oracle.gpu, oracle.weight_dtype)
     return oracle

@@ -1,0 +1,127 @@
+"""Closed-form primitives of the cost model, each a numba ``@njit`` function of scalars.
+
+One operator's adapted roofline time, one collective (ring all-reduce, all-to-all), one
+request's causal attention pairs and FlashAttention KV reads (and their sums over a
+request class), and the experts of one rank hit by a number of tokens. They know nothing
+of the op-table layout; :mod:`serveplan.kernels.roofline` prices a whole step with them and
+re-exports them under its own name (``roofline.attention_request``, ...).
+
+numba caches a compiled function under the file that defines it, so the kernels of
+:mod:`~serveplan.kernels.roofline` hold compiled copies of these functions: before a
+simulation, ``serveplan.sim._jitcache.refresh`` deletes ``roofline``'s cache entries older
+than this file, and the simulator's own entries older than either.
+"""
+
+from __future__ import annotations
+
+from serveplan.kernels import jit as _njit
+
+
+def njit(*args, **kwargs):
+    """numba.njit with the NumPy error model: a division by zero yields inf/nan rather
+    than a Python exception, so the hot loops carry no zero checks. Compiled once per
+    argument type (:func:`serveplan.kernels.jit`)."""
+    kwargs.setdefault("error_model", "numpy")
+    return _njit(*args, **kwargs)
+
+
+@njit(cache=True)
+def roofline_time(work, traffic, peak_flops, peak_bw, e_c, e_m):
+    """Adapted roofline time of one operator, seconds.
+
+    ``max(W / (e_c S_c), Q / (e_m S_m))``, equal to ``W / P`` with
+    ``P = min(e_c S_c, I e_m S_m)`` and ``I = W / Q`` (BestServe eq. 3).
+    """
+    t_c = work / (e_c * peak_flops)
+    t_m = traffic / (e_m * peak_bw)
+    return t_c if t_c > t_m else t_m
+
+
+@njit(cache=True)
+def ring_allreduce_time(nbytes, group, bw, latency, eff):
+    """Ring all-reduce of ``nbytes`` over ``group`` ranks: 2(n-1)/n · bytes / (eff·bw) + 2(n-1)·lat."""
+    if group <= 1 or nbytes <= 0.0:
+        return 0.0
+    steps = 2.0 * (group - 1)
+    return steps / group * nbytes / (eff * bw) + steps * latency
+
+
+@njit(cache=True)
+def alltoall_time(nbytes, group, bw, latency, eff):
+    """All-to-all of ``nbytes`` per rank over ``group`` ranks: (n-1)/n · bytes / (eff·bw) + lat."""
+    if group <= 1 or nbytes <= 0.0:
+        return 0.0
+    return (group - 1.0) / group * nbytes / (eff * bw) + latency
+
+
+@njit(cache=True)
+def _pairs_upto(n, window):
+    """Causal (query, key) pairs of the first ``n`` positions: sum_{p<n} min(p+1, window)."""
+    if window <= 0.0 or n <= window:
+        return n * (n + 1.0) * 0.5
+    return window * (window + 1.0) * 0.5 + (n - window) * window
+
+
+@njit(cache=True)
+def attention_request(q, c, window, tile):
+    """Pairs and KV tokens read for one request with ``q`` new tokens after ``c`` cached ones.
+
+    Pairs are causal: query at position p sees min(p+1, window) keys. KV reads follow
+    FlashAttention: each query tile of ``tile`` rows streams the keys it can see once.
+    Returns ``(pairs, kv_read)``.
+    """
+    pairs = _pairs_upto(c + q, window) - _pairs_upto(c, window)
+    if q <= 1.0:
+        kv = c + q
+        if window > 0.0 and kv > window:
+            kv = window
+        return pairs, kv
+    kv = 0.0
+    start = 0.0
+    while start < q:
+        end = start + tile
+        if end > q:
+            end = q
+        seen = c + end
+        if window > 0.0:
+            lo = c + start - window + 1.0
+            if lo > 0.0:
+                seen -= lo
+        kv += seen
+        start = end
+    return pairs, kv
+
+
+@njit(cache=True)
+def attention_aggregates(new_tokens, context_len, n, prefill_class, window, tile, out):
+    """Sum pairs, KV reads and query tokens over the requests of one class.
+
+    ``prefill_class``: True sums requests with more than one new token, False the rest.
+    Writes ``out[0] = pairs, out[1] = kv_read, out[2] = query tokens,
+    out[3] = full score entries q·(c+q)`` (what an eager implementation materialises),
+    out[4] = number of requests``.
+    """
+    out[0] = 0.0
+    out[1] = 0.0
+    out[2] = 0.0
+    out[3] = 0.0
+    out[4] = 0.0
+    for i in range(n):
+        q = float(new_tokens[i])
+        if q <= 0.0 or (q > 1.0) != prefill_class:
+            continue
+        c = float(context_len[i])
+        pairs, kv = attention_request(q, c, window, tile)
+        out[0] += pairs
+        out[1] += kv
+        out[2] += q
+        out[3] += q * (c + q)
+        out[4] += 1.0
+
+
+@njit(cache=True)
+def expected_active(experts, frac, tokens):
+    """Expected local experts hit by at least one of ``tokens`` tokens (uniform routing)."""
+    if tokens <= 0.0:
+        return 0.0
+    return experts * (1.0 - (1.0 - frac) ** tokens)
