@@ -104,22 +104,14 @@ def _common(c: _Config) -> dict:
 
 
 def _opt(c: _Config) -> dict:
-    hidden = c.need("hidden_size")
-    heads = c.need("num_attention_heads")
-    return dict(
-        num_layers=c.need("num_hidden_layers"),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=hidden // heads,
-        intermediate_size=c.need("ffn_dim"),
-        max_position_embeddings=c.need("max_position_embeddings"),
-        norm="layer",
-        mlp="plain",
-        qkv_bias=bool(c.get("enable_bias", True)),
-        linear_bias=bool(c.get("enable_bias", True)),
-        learned_positions=True,
-    )
+    """OPT: a plain decoder with LayerNorm, a ReLU MLP of ``ffn_dim``, biases and learned
+    positions."""
+    return {**_decoder(c),
+            "intermediate_size": c.need("ffn_dim"),
+            "max_position_embeddings": c.need("max_position_embeddings"),
+            "norm": "layer", "mlp": "plain", "learned_positions": True,
+            "qkv_bias": bool(c.get("enable_bias", True)),
+            "linear_bias": bool(c.get("enable_bias", True))}
 
 
 def _decoder(c: _Config) -> dict:

@@ -138,16 +138,24 @@ def _refresh_kernels() -> int:
     inline (numba keys them on ``roofline.py`` alone)."""
     from serveplan.kernels import roofline
 
-    roofline_src, primitives_src = _kernel_sources()
-    removed = 0
     try:
-        newest = max(roofline_src.stat().st_mtime, primitives_src.stat().st_mtime)
-        for path in _cache_dir(roofline.fill_rates.py_func).glob("roofline.*.nb[ic]"):
+        newest = max(src.stat().st_mtime for src in _kernel_sources())
+    except OSError:
+        return 0
+    return _delete_older(_cache_dir(roofline.fill_rates.py_func).glob("roofline.*.nb[ic]"),
+                         newest)
+
+
+def _delete_older(entries, newest: float) -> int:
+    """Delete the cache files among ``entries`` older than ``newest``; how many went."""
+    removed = 0
+    for path in entries:
+        try:
             if path.stat().st_mtime < newest:
                 path.unlink()
                 removed += 1
-    except OSError:
-        pass
+        except OSError:
+            continue
     return removed
 
 
@@ -176,11 +184,5 @@ def refresh() -> int:
             newest = _newest_dependency(source, direct)
         except OSError:
             continue
-        for path in entries:
-            try:
-                if path.stat().st_mtime < newest:
-                    path.unlink()
-                    removed += 1
-            except OSError:
-                continue
+        removed += _delete_older(entries, newest)
     return removed
