@@ -73,6 +73,7 @@ class _State:
         self.next_check = 0.0
         self.background = None  # the Popen of a background compile this process started
         self.started = 0.0
+        self.expected = 0.0  # its duration, estimated before it records partial timings
 
 
 STATE = _State()
@@ -241,6 +242,7 @@ def _start_background() -> bool:
     if fcntl is None or where is None:
         return False
     STATE.started = time.monotonic()
+    STATE.expected = compile_estimate()
     if _background_running():
         return True
     try:
@@ -257,7 +259,7 @@ def _start_background() -> bool:
 
 def _announce() -> None:
     stream = sys.__stderr__ or sys.stderr
-    print(NOTICE.format(seconds=_rounded(compile_estimate()), log=cache_dir() / LOG, env=ENV),
+    print(NOTICE.format(seconds=_rounded(STATE.expected), log=cache_dir() / LOG, env=ENV),
           file=stream, flush=True)
 
 
@@ -300,7 +302,7 @@ def prefer_compiled(python_seconds: float) -> None:
     background compile instead when it should finish sooner."""
     if STATE.settled or not interpret_now() or STATE.mode != "auto":
         return
-    left = max(compile_estimate() - (time.monotonic() - STATE.started), 5.0)
+    left = max(STATE.expected - (time.monotonic() - STATE.started), 5.0)
     if python_seconds <= left:
         return
     print(f"this run would take ~{_rounded(python_seconds)} s as Python: waiting for the "

@@ -122,6 +122,18 @@ def test_a_long_run_waits_for_the_compile_instead(auto, capfd):
     assert "waiting for the compile" in capfd.readouterr().err
 
 
+def test_partial_compile_timings_do_not_shorten_the_wait(auto, tmp_path):
+    """The background compile records each function's compile time as it goes; the time it
+    has left is judged by the estimate made when it started, not by those partial sums."""
+    state = auto(2.0)
+    assert jit_mode.interpret_now() is True
+    (tmp_path / "serveplan-compile-seconds.json").write_text('{"serveplan.sim.x": 1.0}')
+    assert jit_mode.compile_estimate() == 1.0
+    jit_mode.prefer_compiled(10.0)  # 10 s of Python, far less than the ~85 s compile
+    assert state.interpret and not state.settled
+    state.background.wait(timeout=60)
+
+
 def test_a_warm_cache_runs_compiled_and_an_edit_makes_it_stale(auto, monkeypatch):
     state = auto(0.0)
     jit_mode.mark_warm(1.0)
