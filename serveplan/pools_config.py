@@ -157,8 +157,9 @@ class EngineConfig(_Frozen):
     def _budget_holds_seqs(self):
         mnbt = self.max_num_batched_tokens
         if mnbt is not None and mnbt < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs "
-                             f"({self.max_num_seqs}), as vLLM requires")
+            raise _error(type(self).__name__, ("max_num_batched_tokens",),
+                         f"must be >= max_num_seqs ({self.max_num_seqs}), as vLLM requires; "
+                         f"got {mnbt}", mnbt)
         return self
 
 
