@@ -22,7 +22,7 @@ from serveplan.pools_config import (
     to_legacy,
 )
 
-__all__ = ["PDDeployment", "Pool", "gpus", "parse_deployment", "strategy_name"]
+__all__ = ["PDDeployment", "Pool", "gpus", "parse_deployment", "pool_gpus", "strategy_name"]
 
 
 AnyDeployment = Deployment | PDDeployment
@@ -56,11 +56,15 @@ def _instance_gpus(c: InstanceConfig) -> int:
     return c.tp * c.pp * c.dp
 
 
+def pool_gpus(d: AnyDeployment | PoolsDeployment) -> list[tuple[str, int]]:
+    """``[(gpu type as given, GPUs)]``, one entry per role pool of the deployment."""
+    if isinstance(d, PoolsDeployment):
+        return [(p.gpu, p.count * _instance_gpus(p)) for p in d.pools]
+    if isinstance(d, PDDeployment):
+        return [(p.gpu, p.num_instances * _instance_gpus(p)) for p in (d.prefill, d.decode)]
+    return [(d.gpu, d.num_instances * _instance_gpus(d))]
+
+
 def gpus(d: AnyDeployment | PoolsDeployment) -> int:
     """GPUs the deployment uses."""
-    if isinstance(d, PoolsDeployment):
-        return sum(p.count * _instance_gpus(p) for p in d.pools)
-    if isinstance(d, PDDeployment):
-        return (d.prefill.num_instances * _instance_gpus(d.prefill)
-                + d.decode.num_instances * _instance_gpus(d.decode))
-    return d.num_instances * _instance_gpus(d)
+    return sum(n for _, n in pool_gpus(d))

@@ -28,13 +28,13 @@ from importlib import resources
 
 import yaml
 
-from serveplan.deployments import PDDeployment, to_legacy
+from serveplan.deployments import pool_gpus
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.specs import SpecError
 from serveplan.user_input import UserError
 
 __all__ = ["cost_efficiency", "default_prices", "hourly_cost", "parse_prices", "price_table",
-           "role_gpus", "spend_ratio"]
+           "spend_ratio"]
 
 
 @cache
@@ -79,23 +79,12 @@ def price_table(overrides: Mapping[str, float] | None = None) -> dict[str, float
     return table
 
 
-def role_gpus(deployment) -> list[tuple[str, int]]:
-    """``[(gpu type, GPUs)]`` per role pool of a deployment (any form)."""
-    pools = getattr(deployment, "pools", None)
-    if pools is not None:
-        return [(_canonical(p.gpu), p.count * p.tp * p.pp * p.dp) for p in pools]
-    d = to_legacy(deployment)
-    if isinstance(d, PDDeployment):
-        return [(_canonical(p.gpu), p.num_instances * p.tp * p.pp * p.dp)
-                for p in (d.prefill, d.decode)]
-    return [(_canonical(d.gpu), d.num_instances * d.tp * d.pp * d.dp)]
-
-
 def hourly_cost(deployment, prices: Mapping[str, float]) -> float:
     """Dollars per hour of the deployment's GPUs (module doc); a GPU type without a price
     is an error saying how to give one."""
     total = 0.0
-    for gpu, count in role_gpus(deployment):
+    for given, count in pool_gpus(deployment):
+        gpu = _canonical(given)
         if gpu not in prices:
             raise UserError(f"no price for GPU {gpu!r}: give one with --price {gpu}=<dollars "
                             f"per GPU-hour> (defaults exist for {', '.join(sorted(prices))})")

@@ -68,6 +68,7 @@ def strategy_dataset(rows, spec, seconds: float):
         return (_ORDER.get(r.status, 9), -(value if value == value else -1.0), r.gpus)
 
     rows = sorted(rows, key=key)
+    base = _baseline(rows, spec)
     mixed = len(spec.gpu_types) > 1
     coords = {k: ("strategy", [_coords(r.deployment)[k] for r in rows]) for k in COORDS}
     coords["name"] = ("strategy", [strategy_label(r.deployment, mixed) for r in rows])
@@ -84,7 +85,7 @@ def strategy_dataset(rows, spec, seconds: float):
         "goodput_per_gpu": col(lambda r: r.per_gpu(r.goodput)),
         "analytic_goodput": col(lambda r: r.analytic),
         "analytic_per_gpu": col(lambda r: r.per_gpu(r.analytic)),
-        **_cost_columns(rows, spec, col),
+        **_cost_columns(base, col),
         "upper_bound": col(lambda r: r.bound),
         "ttft_p_s": col(lambda r: r.ttft),
         "tpot_p_s": col(lambda r: r.tpot),
@@ -105,7 +106,6 @@ def strategy_dataset(rows, spec, seconds: float):
     for k, i in enumerate(ranked):
         rank[i] = k + 1
     data["rank"] = ("strategy", rank, {"description": "1 = best decided; 0 = not decided"})
-    base = _baseline(rows, spec)
     attrs = {"spec": spec.model_dump_json(), "serveplan_version": __version__,
              "slo": spec.slo.model_dump_json(), "search_seconds": seconds,
              "kind": "search", "rank_by": spec.rank_by,
@@ -113,10 +113,9 @@ def strategy_dataset(rows, spec, seconds: float):
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-def _cost_columns(rows, spec, col) -> dict:
+def _cost_columns(base, col) -> dict:
     """Dollars per hour, goodput per dollar, and spend ratio / cost efficiency against the
-    baseline (module doc; NaN without prices or without a baseline)."""
-    base = _baseline(rows, spec)
+    baseline row ``base`` (module doc; NaN without prices or without a baseline)."""
     b_cost, b_rate = (base.cost, base.goodput) if base is not None else (np.nan, np.nan)
     return {
         "cost_per_hour": col(lambda r: r.cost),

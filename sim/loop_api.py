@@ -355,7 +355,8 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps,
                                  frontend)
     n = len(requests)
-    jit_mode.prefer_compiled(python_seconds(w, len(pools)))
+    if not jit_mode.STATE.settled:  # compiled for good: nothing to weigh
+        jit_mode.prefer_compiled(python_seconds(w, len(pools)))
     if n and policy is None:
         run_loop(world, 0.0)
     elif n:
