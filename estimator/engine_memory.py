@@ -77,7 +77,7 @@ def plan_engine_memory(engine: str, model, gpu, parallel: Parallelism | None = N
                        dtype: str | Quantization | None = None,
                        kv_dtype: str | None = None, profile: Profile | None = None,
                        pp_layer_partition: str | Sequence[int] | None = None,
-                       **knobs) -> MemoryPlan:
+                       weights_role: str = "full", **knobs) -> MemoryPlan:
     """KV plan of one instance under ``engine``'s rule (``vllm``, ``sglang``, ``trtllm``).
 
     ``knobs`` are that engine's settings by their own names (``ENGINE_KNOBS``); ``None``
@@ -94,7 +94,8 @@ def plan_engine_memory(engine: str, model, gpu, parallel: Parallelism | None = N
             raise ValueError(f"{name} is {where}; engine {engine!r} takes "
                              f"{sorted(ENGINE_KNOBS[engine])}")
     common = dict(max_model_len=max_model_len, dtype=dtype, kv_dtype=kv_dtype,
-                  profile=profile, pp_layer_partition=pp_layer_partition)
+                  profile=profile, pp_layer_partition=pp_layer_partition,
+                  weights_role=weights_role)
     if engine == "vllm":
         return plan_memory(model, gpu, parallel, **common, **given)
     setup = resolve_setup(model, gpu, parallel, **common, pp_split=engine)

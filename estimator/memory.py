@@ -30,7 +30,7 @@ import numpy as np
 from serveplan.kernels import roofline as K
 
 from .catalog import resolve_gpu, resolve_model
-from .ops import MOD_EMBED, MOD_FNORM, MOD_HEAD, MOD_SAMPLE, build_ops
+from .ops import MOD_EMBED, MOD_FFN, MOD_FNORM, MOD_HEAD, MOD_SAMPLE, build_ops
 from .profile import Profile, load_profile
 from .quantization import Quantization, resolve_quantization
 from .specs import DTYPE_BYTES, GPUSpec, ModelSpec, Parallelism, SpecError
@@ -159,18 +159,28 @@ def default_block_size(model: ModelSpec) -> int:
     return 64 if model.attention == "mla" else 16
 
 
+WEIGHT_ROLES = ("full", "attention", "ffn")
+"""Which weights an instance holds: all (``full``), all but the FFN (an attention instance
+of attention/FFN disaggregation), or the FFN alone (an FFN instance)."""
+
+
 def _weights_by_stage(model: ModelSpec, par: Parallelism, quant: Quantization,
-                      layers: Sequence[int]) -> list[float]:
+                      layers: Sequence[int], role: str = "full") -> list[float]:
     """Resident weight bytes of one rank of each pipeline stage (the op tables' bytes,
-    scales included, as the cost oracle reads them)."""
+    scales included, as the cost oracle reads them), of the weights ``role`` holds."""
     ops = build_ops(model, par, quant).ops
     layer_rows = np.isin(ops[:, K.C_MODULE], [MOD_EMBED, MOD_FNORM, MOD_HEAD, MOD_SAMPLE],
                          invert=True)
+    if role != "full":
+        ffn = ops[:, K.C_MODULE] == MOD_FFN
+        layer_rows &= ffn if role == "ffn" else ~ffn
     per_layer = float(np.sum(ops[layer_rows, K.C_PARAM] * ops[layer_rows, K.C_FRAC]))
     first = float(np.sum(ops[ops[:, K.C_MODULE] == MOD_EMBED, K.C_PARAM]))
     last = float(np.sum(ops[np.isin(ops[:, K.C_MODULE], [MOD_FNORM, MOD_HEAD]), K.C_PARAM]))
     if model.tie_word_embeddings and par.pp > 1:
         last += first  # the last stage holds its own copy of the tied embedding
+    if role == "ffn":
+        first = last = 0.0
     out = []
     for s, n in enumerate(layers):
         w = per_layer * n
@@ -258,11 +268,14 @@ def resolve_setup(model, gpu, parallel: Parallelism | None = None, *,
                   max_model_len: int | None = None, dtype: str | Quantization | None = None,
                   kv_dtype: str | None = None, profile: Profile | None = None,
                   pp_layer_partition: str | Sequence[int] | None = None,
-                  pp_split: str = "vllm") -> Setup:
+                  pp_split: str = "vllm", weights_role: str = "full") -> Setup:
     """Resolve and check everything the engine rules share (raises ``SpecError`` /
     ``ValueError`` naming the bad field); ``pp_split`` is the engine whose pipeline split
     applies (:func:`layers_per_stage`). ``dtype`` / ``kv_dtype`` as for the cost oracle
-    (:func:`~.quantization.resolve_quantization`)."""
+    (:func:`~.quantization.resolve_quantization`); ``weights_role`` one of
+    :data:`WEIGHT_ROLES`."""
+    if weights_role not in WEIGHT_ROLES:
+        raise ValueError(f"weights_role must be one of {WEIGHT_ROLES}, got {weights_role!r}")
     m: ModelSpec = resolve_model(model)
     g: GPUSpec = resolve_gpu(gpu)
     par = parallel or Parallelism()
@@ -275,7 +288,7 @@ def resolve_setup(model, gpu, parallel: Parallelism | None = None, *,
             else tuple(pp_layer_partition))
     return Setup(
         model=m, gpu=g, par=par, profile=profile or load_profile(g.name), quantization=quant,
-        layers=tuple(layers), weights=tuple(_weights_by_stage(m, par, quant, layers)),
+        layers=tuple(layers), weights=tuple(_weights_by_stage(m, par, quant, layers, weights_role)),
         per_tok_layer=kv_bytes_per_token_layer(m, par.tp, quant.kv_cache),
         max_len=int(max_model_len or m.max_position_embeddings), partition=part,
         split=pp_split)
@@ -405,6 +418,20 @@ def _fitting_tp(setup: Setup, refit: Callable[[Parallelism], bool]) -> str:
     return ""
 
 
+def _check_vllm_knobs(setup: Setup, utilization, max_num_batched_tokens, max_num_seqs,
+                      block_size, num_gpu_blocks_override) -> int:
+    """Refuse knob values vLLM would reject (``SpecError``); return the block size."""
+    check_fraction("gpu_memory_utilization", utilization, upper_inclusive=True)
+    check_int("max_num_batched_tokens", max_num_batched_tokens)
+    check_int("max_num_seqs", max_num_seqs)
+    bs = default_block_size(setup.model) if block_size is None else block_size
+    if bs not in VLLM_BLOCK_SIZES or isinstance(bs, bool):
+        raise SpecError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {bs!r}")
+    if num_gpu_blocks_override is not None:
+        check_int("num_gpu_blocks_override", num_gpu_blocks_override)
+    return bs
+
+
 # ----------------------------------------------------------------------------- vLLM's rule
 def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
                 gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
@@ -413,7 +440,8 @@ def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
                 kv_dtype: str | None = None, profile: Profile | None = None,
                 kv_cache_memory_bytes: float | None = None,
                 num_gpu_blocks_override: int | None = None,
-                pp_layer_partition: str | Sequence[int] | None = None) -> MemoryPlan:
+                pp_layer_partition: str | Sequence[int] | None = None,
+                weights_role: str = "full") -> MemoryPlan:
     """KV-cache plan of one instance as vLLM V1 computes it (see module docstring).
 
     Returns a :class:`MemoryPlan`; ``fits`` is False (with ``reason`` saying by how much
@@ -421,18 +449,13 @@ def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
     budget, when ``kv_cache_memory_bytes`` or ``num_gpu_blocks_override`` ask for more KV
     than the GPU holds next to the weights, or when one ``max_model_len`` request does not
     fit in the KV cache. Knob values vLLM itself would reject raise ``SpecError``.
+    ``weights_role``: :data:`WEIGHT_ROLES` (an attention instance holds no FFN weights).
     """
     setup = resolve_setup(model, gpu, parallel, max_model_len=max_model_len, dtype=dtype,
                           kv_dtype=kv_dtype, profile=profile,
-                          pp_layer_partition=pp_layer_partition)
-    check_fraction("gpu_memory_utilization", gpu_memory_utilization, upper_inclusive=True)
-    check_int("max_num_batched_tokens", max_num_batched_tokens)
-    check_int("max_num_seqs", max_num_seqs)
-    bs = default_block_size(setup.model) if block_size is None else block_size
-    if bs not in VLLM_BLOCK_SIZES or isinstance(bs, bool):
-        raise SpecError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {bs!r}")
-    if num_gpu_blocks_override is not None:
-        check_int("num_gpu_blocks_override", num_gpu_blocks_override)
+                          pp_layer_partition=pp_layer_partition, weights_role=weights_role)
+    bs = _check_vllm_knobs(setup, gpu_memory_utilization, max_num_batched_tokens,
+                           max_num_seqs, block_size, num_gpu_blocks_override)
     acts = setup.activations(max_num_batched_tokens, max_num_seqs)
     charged = tuple(w + a + setup.non_torch for w, a in zip(setup.weights, acts, strict=True))
     g = setup.gpu
@@ -456,11 +479,12 @@ def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
                                                budget.available(worst), num_blocks)
 
     def refit(cand: Parallelism) -> bool:
-        return plan_memory(setup.model, g, cand, gpu_memory_utilization=gpu_memory_utilization,
-                           max_num_batched_tokens=max_num_batched_tokens,
-                           max_num_seqs=max_num_seqs, max_model_len=setup.max_len,
-                           block_size=bs, dtype=setup.quantization, kv_dtype=kv_dtype,
-                           profile=setup.profile, pp_layer_partition=setup.partition).fits
+        return plan_memory(
+            setup.model, g, cand, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            max_model_len=setup.max_len, block_size=bs, dtype=setup.quantization,
+            kv_dtype=kv_dtype, profile=setup.profile, pp_layer_partition=setup.partition,
+            weights_role=weights_role).fits
 
     return finish_plan(setup, budget, block_size=bs, num_blocks=num_blocks,
                        kv_tokens=max(num_blocks - 1, 0) * bs, worst=worst, problem=problem,

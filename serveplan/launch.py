@@ -229,13 +229,23 @@ def _vllm_lines(p: Placement, node: int, hosts: list[str], kv: str | None) -> li
             serve + " --distributed-executor-backend ray &"]
 
 
+def _launchable(deployment):
+    """The deployment's pool form; an attention/FFN one is refused: no engine launches it."""
+    d = to_pools(deployment)
+    if d.architecture == "afd":
+        raise UserError("export: attention/FFN disaggregation has no launch command -- "
+                        "neither vLLM nor SGLang serves attention and FFN on separate "
+                        "instances; serveplan models it for planning only")
+    return d
+
+
 def vllm_commands(deployment, *, base_port: int = 8100, gpus_per_node: int = 8,
                   hosts: list[str] | None = None, check: bool = True) -> list[str]:
     """Shell lines that start the deployment with vLLM (comments start with ``#``), one
     block per node; ``check`` first runs :func:`check_fits`."""
+    d = _launchable(deployment)
     if check:
         check_fits(deployment)
-    d = to_pools(deployment)
     placements = place(d, gpus_per_node=gpus_per_node, base_port=base_port,
                        side_channels=d.architecture == "pd")
     hosts = _hosts(placements, hosts)
@@ -302,9 +312,9 @@ def sglang_commands(deployment, *, base_port: int = 30000, gpus_per_node: int = 
                     hosts: list[str] | None = None, check: bool = True) -> list[str]:
     """Shell lines that start the deployment with SGLang and its router, one block per
     node; ``check`` first runs :func:`check_fits`."""
+    d = _launchable(deployment)
     if check:
         check_fits(deployment)
-    d = to_pools(deployment)
     placements = place(d, gpus_per_node=gpus_per_node, base_port=base_port)
     hosts = _hosts(placements, hosts)
     lines = _blocks(placements, hosts, lambda p, k: _sglang_lines(p, k, hosts))

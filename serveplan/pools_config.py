@@ -11,8 +11,12 @@ scheduler, vLLM engine knobs)::
       router: least-loaded       # entry router: colocated instances, or prefill instances
       decode_router: sibyl       # prefill -> decode boundary (prefill/decode pools only)
 
-Roles are one ``colocated`` pool, or one ``prefill`` and one ``decode`` pool serving the
-same model. The prefill/decode boundary takes the options of :class:`PDDeployment`
+Roles are one ``colocated`` pool; one ``prefill`` and one ``decode`` pool; or, for
+attention/FFN disaggregation (``architecture: afd``), one ``prefill``, one ``attention`` and
+one ``ffn`` pool (the attention instances hold the KV cache and run attention, the FFN
+instances the FFN or experts; ``micro_batches`` and the ``afd_link*`` options shape the
+per-layer activation ping-pong between them, :mod:`serveplan.sim.afd_cost`). All pools serve
+the same model. The prefill/decode boundary takes the options of :class:`PDDeployment`
 (``assignment``, ``layerwise_transfer``, ``placement``, ``kv_link_bw``,
 ``kv_link_latency_s``, ``kv_connector``, ``prefill_stage``, ``prefill_hold``,
 ``decode_cost``, ``sibyl``); ``router`` is the colocated router (``round-robin``,
@@ -322,14 +326,17 @@ class PDDeployment(_Boundary, _PDPools):  # this base order keeps the fields in 
 
 
 # ----------------------------------------------------------------------------- pool form
-ROLE_SETS = {("colocated",): "colocated", ("decode", "prefill"): "pd"}
+ROLE_SETS = {("colocated",): "colocated", ("decode", "prefill"): "pd",
+             ("attention", "ffn", "prefill"): "afd"}
 ROLE_ORDER = {"colocated": 0, "prefill": 1, "decode": 2, "attention": 3, "ffn": 4}
-ENTRY_ROUTERS = {"colocated": get_args(RouterName), "pd": get_args(PrefillRouterName)}
+ENTRY_ROUTERS = {"colocated": get_args(RouterName), "pd": get_args(PrefillRouterName),
+                 "afd": get_args(PrefillRouterName)}
 ENTRY_ROUTER_ALIASES = {"colocated": {"rr": "round-robin", "least-loaded":
                                       "least-outstanding-tokens"},
-                        "pd": {"rr": "round-robin"}}
-DEFAULT_ENTRY_ROUTER = {"colocated": "round-robin", "pd": "least-loaded"}
+                        "pd": {"rr": "round-robin"}, "afd": {"rr": "round-robin"}}
+DEFAULT_ENTRY_ROUTER = {"colocated": "round-robin", "pd": "least-loaded", "afd": "least-loaded"}
 PD_ONLY_FIELDS = ("decode_router", *BOUNDARY_FIELDS)
+AFD_ONLY_FIELDS = ("micro_batches", "afd_link", "afd_link_bw", "afd_link_latency_s")
 
 
 class PoolConfig(InstanceConfig):
@@ -359,9 +366,24 @@ def architecture_of(roles) -> str | None:
     return ROLE_SETS.get(tuple(sorted(roles)))
 
 
-class _Pools(_Frozen):
+class _AFDOptions(_Frozen):
+    """The activation ping-pong between attention and FFN pools (``architecture: afd``)."""
+
+    micro_batches: int = Field(2, ge=1, le=16, description="Micro-batches an attention "
+                               "instance splits its batch into, so attention and FFN overlap "
+                               "(1: none).")
+    afd_link: Literal["scale-out", "scale-up"] = Field(
+        "scale-out", description="The link activations cross between attention and FFN "
+        "instances: the GPUs' network (scale-out) or one NVLink domain (scale-up).")
+    afd_link_bw: Annotated[float, at_least(1e6, "bytes/s per GPU")] | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Override the link's bytes/s per GPU.")
+    afd_link_latency_s: Annotated[float, at_most(1, "seconds per transfer")] | None = Field(
+        None, ge=0, description="Override the link's latency per transfer.")
+
+
+class _Pools(_AFDOptions):
     pools: tuple[PoolConfig, ...]
-    architecture: Literal["colocated", "pd"] | None = None
+    architecture: Literal["colocated", "pd", "afd"] | None = None
     router: str | None = Field(None, description="Entry router: colocated instances "
                                "(round-robin | least-outstanding-tokens | least-requests) or "
                                "prefill instances (least-loaded | round-robin).")
@@ -413,9 +435,9 @@ class PoolsDeployment(_Boundary, _Pools):  # this base order puts the pools firs
             raise _error("PoolsDeployment", ("pools",), "give at least one pool", [])
         if arch is None:
             raise _error("PoolsDeployment", ("pools",), f"roles {roles} are not supported: "
-                         "give one colocated pool, or one prefill and one decode pool "
-                         "(attention/FFN pools and several pools per role are not supported "
-                         "yet)", roles)
+                         "give one colocated pool; one prefill and one decode pool; or one "
+                         "prefill, one attention and one ffn pool (several pools per role "
+                         "are not supported)", roles)
         if self.architecture != arch:
             raise _error("PoolsDeployment", ("architecture",), f"{self.architecture!r} does "
                          f"not match the pools' roles {roles} (architecture {arch!r})",
@@ -435,20 +457,28 @@ class PoolsDeployment(_Boundary, _Pools):  # this base order puts the pools firs
             kind = "colocated instances" if arch == "colocated" else "prefill instances"
             raise _error("PoolsDeployment", ("router",), f"{self.router!r} is not a router "
                          f"of {kind} (valid: {', '.join(valid)})", self.router)
-        if arch == "colocated":  # a default value is harmless (a dump holds every field)
-            fields = type(self).model_fields
-            extra = [f for f in PD_ONLY_FIELDS if getattr(self, f) != fields[f].default]
+        fields = type(self).model_fields  # a default value is harmless (dumps hold all)
+        only = []
+        if arch == "colocated":
+            only.append((PD_ONLY_FIELDS, "prefill and decode pools"))
+        if arch != "afd":
+            only.append((AFD_ONLY_FIELDS, "attention and ffn pools"))
+        if arch == "afd" and self.decode_cost != "oracle":
+            raise _error("PoolsDeployment", ("decode_cost",), "the attention pool's steps "
+                         "are priced by the attention and FFN oracles; a fitted decode "
+                         "throughput does not apply", self.decode_cost)
+        for names, what in only:
+            extra = [f for f in names if getattr(self, f) != fields[f].default]
             if extra:
-                raise _error("PoolsDeployment", (extra[0],), "only for prefill and decode "
-                             "pools (this deployment has one colocated pool)",
-                             getattr(self, extra[0]))
+                raise _error("PoolsDeployment", (extra[0],), f"only for {what} (this "
+                             f"deployment's architecture is {arch})", getattr(self, extra[0]))
 
     def pool(self, role: str) -> PoolConfig | None:
         """The pool with ``role``, if any."""
         return next((p for p in self.pools if p.role == role), None)
 
     def ordered_pools(self) -> tuple[PoolConfig, ...]:
-        """The pools in role order: colocated, prefill, decode."""
+        """The pools in role order: colocated, prefill, decode, attention, ffn."""
         return tuple(sorted(self.pools, key=lambda p: ROLE_ORDER[p.role]))
 
     def to_pools(self) -> PoolsDeployment:
@@ -486,6 +516,9 @@ def to_legacy(deployment: AnyDeployment | Mapping) -> Deployment | PDDeployment:
         return d
     if not isinstance(d, PoolsDeployment):
         raise TypeError(f"not a deployment: {type(d).__name__}")
+    if d.architecture == "afd":
+        raise ValueError("an attention/FFN deployment has only the pool form (it has no "
+                         "colocated or prefill/decode equivalent)")
     if d.architecture == "colocated":
         p = d.pools[0]
         return Deployment(num_instances=p.count, router=d.router, **instance_fields(p))

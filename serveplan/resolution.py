@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from serveplan.afd import ResolvedFFN, afd_cost, describe_afd, ffn_max_tokens, resolve_ffn
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
@@ -47,7 +48,8 @@ POLICIES = {"vllm-v1": Policy.VLLM_V1, "sglang": Policy.SGLANG,
 ROUTERS = {"round-robin": Router.ROUND_ROBIN,
            "least-outstanding-tokens": Router.LEAST_OUTSTANDING_TOKENS,
            "least-requests": Router.LEAST_REQUESTS}
-ROLES = {"colocated": Role.COLOCATED, "prefill": Role.PREFILL, "decode": Role.DECODE}
+ROLES = {"colocated": Role.COLOCATED, "prefill": Role.PREFILL, "decode": Role.DECODE,
+         "attention": Role.ATTENTION}
 
 
 # ----------------------------------------------------------------------------- one instance
@@ -113,8 +115,8 @@ def _engine_memory_knobs(engine: str, d: InstanceConfig, mnbt: int, block_size: 
 
 
 def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
-               block_size: int, max_num_seqs: int, engine: str = "vllm"
-               ) -> tuple[int, dict | None]:
+               block_size: int, max_num_seqs: int, engine: str = "vllm",
+               weights_role: str = "full") -> tuple[int, dict | None]:
     """KV blocks per instance (vLLM's count, null block included) and the memory plan, by
     the memory rule of the instance's engine (vLLM's without one,
     :mod:`serveplan.estimator.engine_memory`). SGLang counts tokens and TensorRT-LLM its
@@ -124,7 +126,7 @@ def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
     plan = plan_engine_memory(
         engine, oracle.model, oracle.gpu, Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
         max_model_len=max_len, dtype=oracle.quantization, kv_dtype=d.kv_dtype,
-        profile=oracle.profile,
+        profile=oracle.profile, weights_role=weights_role,
         **_engine_memory_knobs(engine, d, mnbt, block_size, max_num_seqs))
     plan.raise_if_unfit()
     if engine == "vllm":
@@ -154,9 +156,9 @@ def _knob(d: Deployment, name: str, rt: EngineRuntime | None, fallback=None):
     return fallback if value is None else value
 
 
-def resolve_instance(d: Deployment) -> ResolvedDeployment:
+def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeployment:
     """Fill the engine's defaults (vLLM's without an engine) and size the KV cache of one
-    instance type.
+    instance type (``weights_role: attention``: an attention instance, without the FFN).
 
     ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
     """
@@ -179,7 +181,7 @@ def resolve_instance(d: Deployment) -> ResolvedDeployment:
             f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
     block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
     num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs,
-                                    rt.engine if rt is not None else "vllm")
+                                    rt.engine if rt is not None else "vllm", weights_role)
     watermark = _knob(d, "watermark", rt, 0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
     params = EngineParams(
         num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=max_num_seqs,
@@ -248,7 +250,8 @@ class ResolvedPool:
         ``num_gpu_blocks // pp`` of the KV blocks and its own ``max_num_seqs``), each step
         priced at the whole pipeline's latency by the oracle -- so throughput grows with
         ``pp`` while a request's step time does not shrink."""
-        runtime = self.instance.step_runtime() if self.cost is self.oracle else None
+        fitted = isinstance(self.cost, FittedThroughputCost)
+        runtime = None if fitted else self.instance.step_runtime()
         params, pp = self.params, self.virtual_engines
         if pp > 1:
             params = replace(params, num_gpu_blocks=max(params.num_gpu_blocks // pp, 1))
@@ -258,7 +261,7 @@ class ResolvedPool:
 
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost) -> ResolvedPool:
     d = Deployment(num_instances=pool.count, router=router, **instance_fields(pool))
-    inst = resolve_instance(d)
+    inst = resolve_instance(d, "attention" if pool.role == "attention" else "full")
     cost = inst.oracle
     if pool.role == "decode" and not isinstance(decode_cost, str):
         c = decode_cost
@@ -277,10 +280,16 @@ class ResolvedServing:
     deployment: PoolsDeployment
     pools: tuple[ResolvedPool, ...]
     link: KVLink | None = None
+    ffn: ResolvedFFN | None = None  # attention/FFN disaggregation: the FFN pool
 
     @property
     def architecture(self) -> str:
         return self.deployment.architecture
+
+    @property
+    def disaggregated(self) -> bool:
+        """Requests cross from a prefill pool to a decode (or attention) pool."""
+        return self.architecture != "colocated"
 
     @property
     def router(self) -> str:
@@ -307,7 +316,7 @@ class ResolvedServing:
     def handoff(self, router: str | None = None) -> Handoff | None:
         """How requests cross from prefill to decode (None when colocated); ``router``
         overrides the decode router."""
-        if self.architecture != "pd":
+        if not self.disaggregated:
             return None
         d = self.deployment
         s = d.sibyl
@@ -319,15 +328,18 @@ class ResolvedServing:
 
     def describe(self) -> dict:
         """The resolved values as a JSON-able dict (a Dataset's ``resolved`` attribute)."""
-        if self.architecture != "pd":
+        if not self.disaggregated:
             return self.pools[0].instance.describe()
         d, link = self.deployment, self.link
-        pre, dec = self.pool("prefill"), self.pool("decode")
+        pre, dec = self.pools
+        afd = self.ffn is not None
+        strategy = f"{pre.config.count}p{dec.config.count}" + (
+            f"a{self.ffn.config.count}f" if afd else "d")
         return {
-            "architecture": "pd",
-            "strategy": f"{pre.config.count}p{dec.config.count}d",
+            "architecture": self.architecture,
+            "strategy": strategy,
             "prefill": {**pre.instance.describe(), "num_instances": pre.config.count},
-            "decode": {**dec.instance.describe(), "num_instances": dec.config.count,
+            dec.config.role: {**dec.instance.describe(), "num_instances": dec.config.count,
                        "decode_cost": (d.decode_cost if isinstance(d.decode_cost, str)
                                        else d.decode_cost.model_dump())},
             "router": d.decode_router,
@@ -341,6 +353,7 @@ class ResolvedServing:
                                      "scale_out": link.seconds_per_token[1]},
             "kv_latency_s": {"scale_up": link.latency_s[0], "scale_out": link.latency_s[1]},
             "sibyl": d.sibyl.model_dump(),
+            **(describe_afd(d, dec.cost, self.ffn) if afd else {}),
         }
 
     # the views of the older resolved objects (ResolvedDeployment, ResolvedPD)
@@ -395,14 +408,18 @@ def resolve(deployment: AnyDeployment | dict) -> ResolvedServing:
     """
     d = to_pools(deployment)
     pools = tuple(_resolve_pool(p, d.router if d.architecture == "colocated" else
-                                "round-robin", d.decode_cost) for p in d.ordered_pools())
-    link = None
-    if d.architecture == "pd":
+                                "round-robin", d.decode_cost)
+                  for p in d.ordered_pools() if p.role != "ffn")
+    link, ffn = None, None
+    if d.architecture != "colocated":
         pre, dec = pools
         link = KVLink.from_specs(pre.oracle, dec.oracle, pre.config.count, dec.config.count,
                                  placement=d.placement, bandwidth=d.kv_link_bw,
                                  latency_s=d.kv_link_latency_s)
-    return ResolvedServing(d, pools, link)
+    if d.architecture == "afd":
+        ffn = resolve_ffn(d.pool("ffn"), ffn_max_tokens(d, pools[1].params.max_num_seqs))
+        pools = (pools[0], replace(pools[1], cost=afd_cost(d, pools[1].oracle, ffn)))
+    return ResolvedServing(d, pools, link, ffn)
 
 
 __all__ = ["POLICIES", "ROUTERS", "ResolvedDeployment", "ResolvedPool", "ResolvedServing",

@@ -10,7 +10,12 @@ parallelism or stand-ins. A row is one of
 * an :class:`AffineStepCost`: ``base + per_token * tokens + per_request * requests``, a
   transparent stand-in where a test or a queueing comparison needs known service times;
 * a :class:`FittedThroughputCost` (decode pools): SIBYL's processor-sharing fit, where a
-  step of ``N`` requests gives each one token and takes ``N / TPS(N)`` seconds.
+  step of ``N`` requests gives each one token and takes ``N / TPS(N)`` seconds;
+* an :class:`~serveplan.sim.afd_cost.AFDStepCost` (attention pools): the attention
+  instance's oracle is the row's own, the FFN pool's oracle a further row after the
+  deployment's (``flags[c, 1]``), and ``afd[c]`` the ping-pong's parameters
+  (:func:`serveplan.kernels.afd.afd_step_time`); the FFN load counts the running requests
+  of the pool's other instances (``flags[c, 2:4]``, their index range).
 """
 
 from __future__ import annotations
@@ -20,17 +25,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from serveplan.kernels.afd import N_AFD, afd_step_time
 from serveplan.kernels.roofline import step_time
 
 from ._jitcache import sim_jit
+from .afd_cost import AFDStepCost
 from .runtime import N_T
+from .state import I_NRUN
 
 CostTables = namedtuple("CostTables", ["flags", "off", "ops", "mods", "prm", "graph_sizes",
-                                       "agg", "comp", "comm", "rt"])
+                                       "agg", "comp", "comm", "rt", "afd"])
 """Stacked cost models: ``flags[c]`` (kind and coefficients), ``off[c]`` (the row's
 slices of the stacked oracle arrays) and ``rt[c]`` (the runtime terms around the step,
 :class:`~serveplan.sim.runtime.StepRuntime`) per cost row ``c``."""
-KIND_ORACLE, KIND_AFFINE, KIND_FITTED = 0.0, 1.0, 2.0
+KIND_ORACLE, KIND_AFFINE, KIND_FITTED, KIND_AFD = 0.0, 1.0, 2.0, 3.0
 N_FLAGS = 6
 
 
@@ -106,22 +114,46 @@ def _flags(cost) -> np.ndarray:
     if isinstance(cost, AffineStepCost):
         return np.array([KIND_AFFINE, cost.base_s, cost.per_token_s, cost.per_request_s,
                          0.0, 0.0])
+    if isinstance(cost, AFDStepCost):
+        return np.array([KIND_AFD, 0.0, 0.0, 0.0, 0.0, 0.0])
     return np.zeros(N_FLAGS)
 
 
-def make_cost_tables(costs: list, runtimes: list | None = None) -> CostTables:
+def _oracle_rows(costs: list, ranges) -> tuple[list, np.ndarray, np.ndarray]:
+    """One oracle per row (an AFD row's attention oracle; its FFN oracle appended as a
+    row of its own), the rows' flags and their AFD parameters."""
+    oracles, flags, afd = [], [_flags(c) for c in costs], [np.zeros(N_AFD) for _ in costs]
+    extra = []
+    for c, cost in enumerate(costs):
+        if isinstance(cost, AFDStepCost):
+            lo, hi = ranges[c] if ranges is not None else (0, 0)
+            flags[c][1:4] = (len(costs) + len(extra), lo, hi)
+            afd[c] = cost.afd_row()
+            extra.append(cost.ffn)
+            oracles.append(cost.attention)
+        else:
+            oracles.append(cost if flags[c][0] == KIND_ORACLE else None)
+    oracles += extra
+    flags += [np.zeros(N_FLAGS) for _ in extra]
+    afd += [np.zeros(N_AFD) for _ in extra]
+    return oracles, np.stack(flags), np.stack(afd)
+
+
+def make_cost_tables(costs: list, runtimes: list | None = None,
+                     ranges: list | None = None) -> CostTables:
     """Stack the cost models ``costs`` (one row each, with its optional
-    :class:`~serveplan.sim.runtime.StepRuntime` in ``runtimes``) into compiled tables."""
-    flags = np.stack([_flags(c) for c in costs])
-    rt = np.zeros((len(costs), N_T))
+    :class:`~serveplan.sim.runtime.StepRuntime` in ``runtimes``) into compiled tables.
+    ``ranges[c]`` = ``(lo, hi)``, the instances priced by row ``c`` (AFD rows need them)."""
+    oracles, flags, afd = _oracle_rows(costs, ranges)
+    rt = np.zeros((len(oracles), N_T))
     for c, runtime in enumerate(runtimes or ()):
         if runtime is not None:
             rt[c] = runtime.row()
-    off = np.zeros((len(costs), 8), dtype=np.int64)
+    off = np.zeros((len(oracles), 8), dtype=np.int64)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ops", "mods", "prm", "gs", "agg")}
     ends = np.zeros(4, dtype=np.int64)  # rows of ops, mods, prm, graph_sizes so far
-    for c, cost in enumerate(costs):
-        if flags[c, 0] != KIND_ORACLE:
+    for c, cost in enumerate(oracles):
+        if cost is None:
             continue
         ops, mods, prm, gs = cost.kernel_args
         agg = cost.scratch()[0]
@@ -134,11 +166,30 @@ def make_cost_tables(costs: list, runtimes: list | None = None) -> CostTables:
     if not parts["ops"]:
         z1, z2 = np.zeros(1), np.zeros((1, 1))
         return CostTables(flags, off, z2, z2.copy(), z1, z1.copy(), z2.copy(), z1.copy(),
-                          z1.copy(), rt)
+                          z1.copy(), rt, afd)
     cat = {k: np.ascontiguousarray(np.concatenate(v)) for k, v in parts.items()}
     n_mod = cat["mods"].shape[0]
     return CostTables(flags, off, cat["ops"], cat["mods"], cat["prm"], cat["gs"], cat["agg"],
-                      np.zeros(n_mod), np.zeros(n_mod), rt)
+                      np.zeros(n_mod), np.zeros(n_mod), rt, afd)
+
+
+@sim_jit
+def _afd_seconds(costs, c, inst, i, bn):
+    """An attention instance's step: its row's oracle and the FFN row's (module doc)."""
+    f = costs.flags[c]
+    pool_tokens = 0.0
+    for k in range(int(f[2]), int(f[3])):
+        if k != i:
+            pool_tokens += inst.ist[k, I_NRUN]
+    o = costs.off[c]
+    g = costs.off[int(f[1])]
+    a_tab = (costs.ops[o[0]:o[1]], costs.mods[o[2]:o[3]], costs.prm[o[4]:o[5]],
+             costs.graph_sizes[o[6]:o[7]], costs.agg[o[0]:o[1]], costs.comp[o[2]:o[3]],
+             costs.comm[o[2]:o[3]])
+    f_tab = (costs.ops[g[0]:g[1]], costs.mods[g[2]:g[3]], costs.prm[g[4]:g[5]],
+             costs.agg[g[0]:g[1]], costs.comp[g[2]:g[3]], costs.comm[g[2]:g[3]])
+    return afd_step_time(inst.b_new[i], inst.b_ctx[i], bn, a_tab, f_tab, costs.afd[c],
+                         pool_tokens)
 
 
 @sim_jit
@@ -152,6 +203,8 @@ def step_seconds(costs, c, inst, i, bn, tokens):
         return bn / (tps if tps > f[4] else f[4])
     if f[0] == KIND_AFFINE:
         return f[1] + f[2] * tokens + f[3] * bn
+    if f[0] == KIND_AFD:
+        return _afd_seconds(costs, c, inst, i, bn)
     o = costs.off[c]
     return step_time(inst.b_new[i], inst.b_ctx[i], bn, costs.ops[o[0]:o[1]],
                      costs.mods[o[2]:o[3]], costs.prm[o[4]:o[5]], costs.graph_sizes[o[6]:o[7]],

@@ -18,6 +18,7 @@ import numpy as np
 from serveplan.kernels import jit_mode
 
 from . import _jitcache
+from .afd_cost import AFDStepCost
 from .costs import FittedThroughputCost, decode_rate, make_cost_tables, prefill_seconds
 from .handoff import (
     N_GF,
@@ -37,7 +38,7 @@ from .lifecycle import World
 from .loop import run_loop
 from .params import check_capacity, clip_lengths
 from .pd_router import make_router_state
-from .pools import ROLE_NAMES, Handoff, Role
+from .pools import ROLE_NAMES, Handoff, Role, loop_role
 from .pyhook import run_with_python_policy
 from .recorder import make_rec
 from .runtime import F_FREE_AT, F_ON, FrontEnd, make_front, to_client_times
@@ -74,7 +75,8 @@ ENTRY_ROUTERS = {"round-robin": 0, "least-outstanding-tokens": 1, "least-loaded"
 outstanding tokens)."""
 ASSIGNMENTS = ("early", "late")
 PREFILL_STAGES = ("engine", "delay")
-ARCHITECTURES = {(Role.COLOCATED,): "colocated", (Role.PREFILL, Role.DECODE): "pd"}
+ARCHITECTURES = {(Role.COLOCATED,): "colocated", (Role.PREFILL, Role.DECODE): "pd",
+                 (Role.PREFILL, Role.ATTENTION): "afd"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +94,11 @@ class RunResult:
     @property
     def architecture(self) -> str:
         return ARCHITECTURES[tuple(p.role for p in self.pools)]
+
+    @property
+    def disaggregated(self) -> bool:
+        """Requests cross from a prefill pool to a decode (or attention) pool."""
+        return self.architecture != "colocated"
 
     @property
     def roles(self) -> np.ndarray:
@@ -147,7 +154,10 @@ def _check_roles(pools, handoff: Handoff | None) -> str:
         raise ValueError(f"pools with roles [{names}] are not a deployment serveplan can run: "
                          "give one colocated pool, or a prefill pool followed by a decode pool")
     arch = ARCHITECTURES[roles]
-    if arch == "pd":
+    if (roles[-1] == Role.ATTENTION) != isinstance(pools[-1].cost, AFDStepCost):
+        raise ValueError("an attention pool is priced by an AFDStepCost (its FFN pool), and "
+                         "only an attention pool is")
+    if arch != "colocated":
         h = handoff or Handoff()
         if h.assignment not in ASSIGNMENTS:
             raise ValueError(f"assignment given an invalid value: {h.assignment!r} "
@@ -187,7 +197,7 @@ def _layout(pools, n, prompt, output, ignored, delay, hold) -> _Layout:
                 continue
             need = check_capacity(prompt, np.ones_like(prompt), ignored, prm)
             n_slots, cap = prm.max_num_seqs + hold, n + 1
-        elif spec.role == Role.DECODE:
+        elif loop_role(spec.role) == Role.DECODE:
             need = check_capacity(prompt, output, ignored, prm)
             n_slots, cap = prm.max_num_seqs, prm.max_num_seqs + 1
         else:
@@ -204,7 +214,7 @@ def _layout(pools, n, prompt, output, ignored, delay, hold) -> _Layout:
 
 def _knob_table(pools, lay: _Layout, policy) -> np.ndarray:
     knobs = np.stack([pools[k].params.knob_row() for k in lay.pool_of])
-    knobs[:, K_ROLE] = [int(pools[k].role) for k in lay.pool_of]
+    knobs[:, K_ROLE] = [int(loop_role(pools[k].role)) for k in lay.pool_of]
     knobs[:, K_COST] = lay.pool_of
     knobs[:, K_SLOTS] = lay.slots
     decode = knobs[:, K_ROLE] == int(Role.DECODE)
@@ -347,7 +357,7 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     """
     _jitcache.refresh()
     pools = tuple(pools)
-    pd = _check_roles(pools, handoff) == "pd"
+    pd = _check_roles(pools, handoff) != "colocated"
     h = (handoff or Handoff()) if pd else None
     if policy is not None and pd:
         raise ValueError("a Python policy schedules colocated instances only")
@@ -421,6 +431,12 @@ def _front(w: _Workload, frontend: FrontEnd | None):
     return fe
 
 
+def _pool_ranges(pool_of: np.ndarray, n_pools: int) -> list[tuple[int, int]]:
+    """``(first, end)`` instance index of each pool (instances are stacked pool by pool)."""
+    return [(int(np.searchsorted(pool_of, k)), int(np.searchsorted(pool_of, k, "right")))
+            for k in range(n_pools)]
+
+
 def _build_world(requests, pools, h, code, policy, record_steps, max_steps, frontend=None):
     """The run's arrays: ``(world, layout, workload)``."""
     pd = h is not None
@@ -445,7 +461,8 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps, fron
         knobs=_knob_table(pools, lay, policy),
         glob=_glob(requests, code, lay, n, w.conc, max_steps), clock=np.zeros(1),
         rec=make_rec(record_steps), hs=hs,
-        costs=make_cost_tables([p.cost for p in pools], [p.runtime for p in pools]),
+        costs=make_cost_tables([p.cost for p in pools], [p.runtime for p in pools],
+                               _pool_ranges(lay.pool_of, len(pools))),
         rt=_router_state(pools, h, n, w.prompt, w.ignored),
         x=make_xfer(n if pd else 0, n_p, pools[-1].num_instances if pd else 0), fe=fe)
     return world, lay, w

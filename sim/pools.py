@@ -8,8 +8,13 @@ type and parallelism) -- and a deployment is a list of pools. Roles (:class:`Rol
   prefills, the request's KV moves over a link (:class:`~serveplan.sim.kvlink.KVLink`),
   a D instance decodes;
 
-Attention and FFN roles (attention/FFN disaggregation) take the next free codes. How a
-request crosses from one role to the next is the :class:`Handoff` (decode router,
+* ``ATTENTION`` (A): the decode stage of attention/FFN disaggregation -- an instance that
+  holds the KV cache and runs attention, its steps priced with the FFN pool that serves it
+  (:class:`~serveplan.sim.afd_cost.AFDStepCost`). In the loop it is a decode instance
+  (:func:`loop_role`); the FFN instances are part of its step cost, not instances of their
+  own (they hold no requests).
+
+How a request crosses from one role to the next is the :class:`Handoff` (decode router,
 assignment time, transfer options).
 """
 
@@ -25,9 +30,18 @@ class Role(IntEnum):
     COLOCATED = 0
     PREFILL = 1
     DECODE = 2
+    ATTENTION = 3
 
 
-ROLE_NAMES = {Role.COLOCATED: "colocated", Role.PREFILL: "prefill", Role.DECODE: "decode"}
+ROLE_NAMES = {Role.COLOCATED: "colocated", Role.PREFILL: "prefill", Role.DECODE: "decode",
+              Role.ATTENTION: "attention"}
+DOWNSTREAM_ROLES = ("decode", "attention")
+"""Role names of the instances a disaggregated request ends on."""
+
+
+def loop_role(role: Role) -> Role:
+    """The role the loop runs an instance as (an attention instance decodes)."""
+    return Role.DECODE if role == Role.ATTENTION else Role(role)
 
 
 @dataclass(frozen=True)
@@ -98,4 +112,4 @@ class Handoff:
     prefill_hold: int | None = None
 
 
-__all__ = ["Handoff", "PoolSpec", "ROLE_NAMES", "Role"]
+__all__ = ["DOWNSTREAM_ROLES", "Handoff", "PoolSpec", "ROLE_NAMES", "Role", "loop_role"]

@@ -34,6 +34,7 @@ import xarray as xr
 
 from .handoff import Q_DBASE
 from .loop_api import RunResult
+from .pools import DOWNSTREAM_ROLES
 from .recorder import recorded_steps
 from .state import (
     A_BATCH_TIME,
@@ -60,7 +61,7 @@ def _request_record(res: RunResult) -> dict:
     """The per-request outcome, read from the views of the roles that produced it."""
     n = len(res.reqs.prompt)
     finish = res.pd.t_finish[:n]
-    if res.architecture != "pd":
+    if not res.disaggregated:
         r = res.reqs
         return dict(req=r, n_out=r.n_out, status=r.status, routed=r.inst, first=r.t_first,
                     finish=finish, itl_max=r.itl_max, n_preempt=r.n_preempt,
@@ -142,7 +143,7 @@ def _instance_blocks(res: RunResult) -> np.ndarray:
 def _requests_served(res: RunResult) -> np.ndarray:
     n = len(res.reqs.prompt)
     served = np.zeros(res.num_instances, dtype=np.int64)
-    if res.architecture == "pd":
+    if res.disaggregated:
         owners = (res.pd.p_of[:n], res.pd.d_of[:n] + res.pd.gi[Q_DBASE])
     else:
         owners = (res.reqs.inst.astype(np.int64),)
@@ -175,7 +176,7 @@ def _instance_vars(res: RunResult) -> dict:
 def _step_vars(res: RunResult) -> dict:
     s = recorded_steps(res.rec)
     inst = s["inst"].astype(np.int64)
-    stage = (res.roles[inst] == "decode").astype(np.int8) if inst.size else inst
+    stage = np.isin(res.roles[inst], DOWNSTREAM_ROLES).astype(np.int8) if inst.size else inst
     order = np.lexsort((stage, s["t"]))  # start time, then upstream roles first (stable)
     blocks = _instance_blocks(res)[inst] if inst.size else np.ones(0)
     dim = ("step",)
@@ -216,7 +217,7 @@ def _run_attrs(res: RunResult) -> dict:
 def to_dataset(res: RunResult, *, attrs: dict | None = None) -> xr.Dataset:
     """The run as a Dataset: ``request``, ``step`` and ``instance`` dims; ``attrs`` added."""
     data = {**_request_vars(res), **_step_vars(res), **_instance_vars(res)}
-    if res.architecture == "pd":
+    if res.disaggregated:
         data.update(_handoff_vars(res))
     ds = xr.Dataset(data, coords={
         "request": np.arange(len(res.reqs.prompt)),

@@ -130,7 +130,8 @@ def summarize(ds: xr.Dataset, slo: dict | None = None) -> dict:
         s.update(slo_verdict(ds, done, slo))
     if "transfer_s" in ds:  # disaggregated: both roles, even without prefill instances
         _handoff(ds, done, s)
-        _per_role(ds, s, ("prefill", "decode"))
+        down = "attention" if "attention" in ds["role"].values else "decode"
+        _per_role(ds, s, ("prefill", down))
     elif "role" in ds.coords and len(set(ds["role"].values)) > 1:
         _per_role(ds, s, dict.fromkeys(ds["role"].values))
     return s

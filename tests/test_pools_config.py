@@ -98,11 +98,13 @@ def test_defaults_and_aliases():
 
 
 @pytest.mark.parametrize("roles", [["prefill"], ["decode", "decode"], ["colocated", "prefill"],
-                                   ["prefill", "prefill", "decode"], ["attention", "ffn"]])
+                                   ["prefill", "prefill", "decode"], ["attention", "ffn"],
+                                   ["prefill", "attention"], ["decode", "attention", "ffn"]])
 def test_roles_are_one_colocated_pool_or_prefill_and_decode(roles):
     loc, msg, lines = _error({"pools": [{"role": r, **INSTANCE} for r in roles]})
     assert loc == ("deployment", "pools")
-    assert "attention/FFN pools and several pools per role are not supported yet" in msg
+    assert "one prefill, one attention and one ffn pool" in msg
+    assert "several pools per role are not supported" in msg
     assert lines[0].startswith("deployment.pools: ")
 
 

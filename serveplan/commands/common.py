@@ -222,10 +222,15 @@ _PD = {
 def summary_title(resolved: dict, *, pd: bool) -> str:
     """The deployment line above the summary table."""
     if pd:
-        p, d = resolved["prefill"], resolved["decode"]
+        p = resolved["prefill"]
+        role = "attention" if "attention" in resolved else "decode"
+        d = resolved[role]
+        ffn = resolved.get("ffn")
+        afd = (f" · ffn on {ffn['gpu']} tp={ffn['tp']} ep={ffn['ep']}, "
+               f"{resolved['micro_batches']} micro-batches" if ffn else "")
         return (f"{resolved['strategy']} · prefill {p['model']} on {p['gpu']} tp={p['tp']} · "
-                f"decode {d['model']} on {d['gpu']} tp={d['tp']} · router {resolved['router']} "
-                f"({resolved['assignment']} assignment)")
+                f"{role} {d['model']} on {d['gpu']} tp={d['tp']}{afd} · router "
+                f"{resolved['router']} ({resolved['assignment']} assignment)")
     return (f"{resolved['model']} on {resolved['gpu']} tp={resolved['tp']} · "
             f"{resolved['num_instances']}× {resolved['scheduler']} · "
             f"{resolved['usable_kv_blocks']:,} KV blocks of {resolved['block_size']}")

@@ -86,7 +86,7 @@ def simulate(
     console = Console()
     print_summary({k: (float("nan") if v is None else v) for k, v in summary.items()},
                   json.loads(ds.attrs["resolved"]), console,
-                  pd=ds.attrs.get("architecture") == "pd")
+                  pd=ds.attrs.get("architecture") in ("pd", "afd"))
     if failure_line(summary):
         console.print(failure_line(summary), highlight=False)
     if out is not None:

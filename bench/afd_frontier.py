@@ -1,0 +1,142 @@
+"""Colocated vs prefill/decode vs attention/FFN disaggregation on 256 H800 (Frontier §6.1).
+
+Llama-3.3-70B batch inference on a 256-GPU H800 budget: for each architecture a small grid
+of layouts (GPU split between roles, tensor parallelism, batching limit ``max_num_seqs``)
+runs a closed loop whose clients fill every decode slot (aiperf-style concurrency = decode
+instances x ``max_num_seqs``; the first round of requests is warm-up). Each run gives
+output throughput and p95 TTFT / TPOT; a layout meets the SLA when p95 TTFT is within the
+TTFT bound (3,000 ms or 500 ms) and p95 TPOT within 20 ms (50 tokens/s per user, the
+generation-speed target of the paper's Figure 13). The report lists every run and the best
+layout per architecture and SLA, next to the paper's.
+
+    python bench/afd_frontier.py            # ~10-20 min on 2 cores, writes bench/results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("SERVEPLAN_JIT", "compile")
+
+from serveplan.config import SimulationConfig  # noqa: E402
+from serveplan.simulation import run_config  # noqa: E402
+
+OUT = Path(__file__).parent / "results"
+MODEL, GPU, BUDGET = "llama-3.3-70b", "h800", 256
+ISL, OSL, MAX_LEN = 2048, 256, 4096
+TPOT_MS = 20.0
+TTFT_MS = (3000.0, 500.0)
+PAPER = {3000.0: {"colocated": "27.7K", "pd": "137.4K (P:D 112:144)",
+                  "afd": "116.2K (P:A:F 120:80:56)"},
+         500.0: {"colocated": "--", "pd": "100.7K (P:D 144:112)",
+                 "afd": "116.2K (P:A:F 120:80:56)"}}
+SEQS = (16, 32, 64, 128)
+
+
+def _pool(role, tp, count, **kw):
+    return {"role": role, "model": MODEL, "gpu": GPU, "tp": tp, "count": count,
+            "max_model_len": MAX_LEN, **kw}
+
+
+def layouts():
+    """``(architecture, label, deployment, decode slots)`` of the grid (256 GPUs each)."""
+    out = []
+    for tp in (4, 8):
+        for seqs in SEQS:
+            n = BUDGET // tp
+            out.append(("colocated", f"{n}x tp{tp} seqs{seqs}",
+                        {"pools": [_pool("colocated", tp, n, max_num_seqs=seqs)]}, n * seqs))
+    for p_gpus in (64, 112, 144):
+        for seqs in SEQS:
+            n_p, n_d = p_gpus // 4, (BUDGET - p_gpus) // 4
+            out.append(("pd", f"P:D {p_gpus}:{BUDGET - p_gpus} seqs{seqs}",
+                        {"pools": [_pool("prefill", 4, n_p, max_num_seqs=16),
+                                   _pool("decode", 4, n_d, max_num_seqs=seqs)],
+                         "decode_router": "least-loaded"}, n_d * seqs))
+    for p_gpus, a_gpus in ((120, 80), (96, 96), (64, 112)):
+        f_gpus = BUDGET - p_gpus - a_gpus
+        for seqs in SEQS:
+            n_p, n_a, n_f = p_gpus // 4, a_gpus // 4, f_gpus // 8
+            out.append(("afd", f"P:A:F {p_gpus}:{a_gpus}:{f_gpus} seqs{seqs}",
+                        {"pools": [_pool("prefill", 4, n_p, max_num_seqs=16),
+                                   _pool("attention", 4, n_a, max_num_seqs=seqs),
+                                   _pool("ffn", 8, n_f)],
+                         "decode_router": "least-loaded", "micro_batches": 2}, n_a * seqs))
+    return out
+
+
+def run_one(deployment, concurrency, seed):
+    n = max(3 * concurrency, 2000)
+    cfg = SimulationConfig.model_validate({
+        "deployment": deployment, "seed": seed,
+        "workload": {"kind": "closed-loop", "concurrency": concurrency, "num_requests": n,
+                     "warmup_request_count": concurrency,
+                     "isl": {"dist": "fixed", "value": ISL},
+                     "osl": {"dist": "fixed", "value": OSL}}})
+    t0 = time.perf_counter()
+    s = json.loads(run_config(cfg).attrs["summary"])
+    return {"output_tok_s": s["output_throughput"], "p95_ttft_ms": s["p95_ttft_ms"],
+            "p95_tpot_ms": s["p95_tpot_ms"], "completed": s["completed"],
+            "wall_s": time.perf_counter() - t0}
+
+
+def best(rows, arch, ttft):
+    ok = [r for r in rows if r["architecture"] == arch and r["p95_ttft_ms"] <= ttft
+          and r["p95_tpot_ms"] <= TPOT_MS]
+    return max(ok, key=lambda r: r["output_tok_s"], default=None)
+
+
+def report(rows, command) -> str:
+    lines = ["# Colocated vs PD vs AFD on 256 H800 (Frontier §6.1 setting)", "",
+             f"Command: `{command}`", "",
+             f"Llama-3.3-70B, {BUDGET} H800, closed loop filling every decode slot, ISL {ISL} / "
+             f"OSL {OSL} (fixed), first round of requests discarded. SLA: p95 TTFT within the "
+             f"bound and p95 TPOT <= {TPOT_MS:g} ms. Throughput = output tokens/s.", "",
+             "## Best layout per architecture", "",
+             "| TTFT bound | architecture | best layout | output tok/s | p95 TTFT ms | "
+             "p95 TPOT ms | paper (Fig. 13) |", "|---|---|---|---|---|---|---|"]
+    for ttft in TTFT_MS:
+        for arch in ("colocated", "pd", "afd"):
+            b = best(rows, arch, ttft)
+            cells = ([b["layout"], f"{b['output_tok_s']:,.0f}", f"{b['p95_ttft_ms']:,.0f}",
+                      f"{b['p95_tpot_ms']:.1f}"] if b else ["none meets the SLA", "", "", ""])
+            lines.append(f"| {ttft:g} ms | {arch} | " + " | ".join(cells) +
+                         f" | {PAPER[ttft][arch]} |")
+    lines += ["", "## Every run", "", "| architecture | layout | concurrency | output tok/s | "
+              "p95 TTFT ms | p95 TPOT ms | sim wall s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['architecture']} | {r['layout']} | {r['concurrency']} | "
+                     f"{r['output_tok_s']:,.0f} | {r['p95_ttft_ms']:,.0f} | "
+                     f"{r['p95_tpot_ms']:.1f} | {r['wall_s']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", choices=("colocated", "pd", "afd"), nargs="*")
+    args = ap.parse_args(argv)
+    rows = []
+    for arch, label, dep, conc in layouts():
+        if args.only and arch not in args.only:
+            continue
+        r = {"architecture": arch, "layout": label, "concurrency": conc,
+             **run_one(dep, conc, args.seed)}
+        print(json.dumps(r), flush=True)
+        rows.append(r)
+    command = "python bench/afd_frontier.py " + " ".join(argv if argv is not None
+                                                         else sys.argv[1:])
+    OUT.mkdir(exist_ok=True)
+    (OUT / "afd_frontier.json").write_text(json.dumps({"command": command, "runs": rows},
+                                                      indent=1))
+    (OUT / "afd_frontier.md").write_text(report(rows, command.strip()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
