@@ -179,6 +179,10 @@ class GPUSpec(BaseModel):
     scaleout_bw: float = Field(gt=0)
     scaleout_latency_s: float = Field(1e-5, ge=0)
     gpus_per_node: int = Field(8, gt=0)
+    host_bw: float | None = Field(None, gt=0, description="GPU <-> host memory, bytes/s per "
+                                  "direction per GPU, effective (the CPU KV tier's link); "
+                                  "None: unknown")
+    host_latency_s: float = Field(1e-5, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:

@@ -47,6 +47,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from serveplan.estimator.routing import MoERouting
+from serveplan.kv_offload import KVOffloadConfig, host_memory_problem
 
 SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
                         "trtllm-max-utilization"]
@@ -192,6 +193,18 @@ class InstanceConfig(EngineConfig):
         None, description="MoE routing skew and expert placement across the ep ranks, e.g. "
         "{kind: zipf, skew: 1.0, redundant_experts: 32} (serveplan.estimator.routing); "
         "default uniform.")
+    kv_offload: KVOffloadConfig | None = Field(
+        None, description="A CPU KV tier per instance, e.g. {cpu_gb: 64} "
+        "(serveplan.kv_offload); default none.")
+
+    @model_validator(mode="after")
+    def _offload_fits_host(self):
+        c = self.kv_offload
+        problem = c and host_memory_problem(c, self.tp * self.pp, self.tp * self.pp * self.dp)
+        if problem:
+            raise _error(type(self).__name__, ("kv_offload", c.size_field), problem,
+                         getattr(c, c.size_field))
+        return self
 
 
 INSTANCE_FIELDS = tuple(InstanceConfig.model_fields)

@@ -25,6 +25,7 @@ from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.runtime import EngineRuntime, engine_runtime
 from serveplan.estimator.specs import Parallelism
 from serveplan.pools_config import (
+    MAX_BLOCKS,
     AnyDeployment,
     Deployment,
     InstanceConfig,
@@ -35,8 +36,9 @@ from serveplan.pools_config import (
     to_pools,
 )
 from serveplan.sim.costs import FittedThroughputCost
+from serveplan.sim.cpu_tier import CPUTier
 from serveplan.sim.engine import EngineParams
-from serveplan.sim.kvlink import KVLink
+from serveplan.sim.kvlink import KVLink, rank_kv_bytes_per_token
 from serveplan.sim.pools import Handoff, PoolSpec, Role
 from serveplan.sim.runtime import FrontEnd, StepRuntime
 from serveplan.sim.state import Policy, Router
@@ -63,6 +65,7 @@ class ResolvedDeployment:
     params: EngineParams
     memory: dict | None  # the memory plan (None when num_gpu_blocks was given)
     runtime: EngineRuntime | None = None  # the engine's runtime (None: GPU steps alone)
+    cpu_tier: CPUTier | None = None  # the CPU KV tier (None: none)
 
     @property
     def scheduler(self) -> str:
@@ -95,6 +98,7 @@ class ResolvedDeployment:
             "watermark": p.watermark,
             "max_model_len": p.max_model_len,
             "memory_plan": self.memory,
+            **({"kv_offload": self.cpu_tier.describe()} if self.cpu_tier is not None else {}),
         }
 
 
@@ -156,6 +160,33 @@ def _knob(d: Deployment, name: str, rt: EngineRuntime | None, fallback=None):
     return fallback if value is None else value
 
 
+def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier | None:
+    """The instance's CPU KV tier (:mod:`serveplan.kv_offload`): its host bytes in blocks
+    of ``block_size`` tokens of every rank's KV, priced over the GPU's host link."""
+    cfg = d.kv_offload
+    ranks = d.tp * d.pp
+    if cfg is None or cfg.size_bytes(ranks) == 0:
+        return None
+    field = f"kv_offload.{cfg.size_field}"
+    gpu = oracle.gpu
+    host_bw = cfg.host_bw or gpu.host_bw
+    if host_bw is None:
+        raise ValueError(f"kv_offload.host_bw: GPU {gpu.name} has no host link bandwidth "
+                         "(host_bw) in its spec; give kv_offload.host_bw in bytes/s per GPU")
+    latency = cfg.latency_s if cfg.latency_s is not None else gpu.host_latency_s
+    tier = CPUTier.from_link(cfg.size_bytes(ranks), block_size, rank_kv_bytes_per_token(oracle),
+                             ranks, host_bw, latency, cfg.store_on)
+    if tier.num_blocks < 1:
+        raise ValueError(f"{field}: {cfg.size_bytes(ranks):,.0f} bytes hold no KV block "
+                         f"({tier.block_bytes:,.0f} bytes for {block_size} tokens); give more, "
+                         "or 0 for no CPU tier")
+    if tier.num_blocks > MAX_BLOCKS:
+        raise ValueError(f"{field}: the tier would hold {tier.num_blocks:,} KV blocks, more "
+                         f"than {MAX_BLOCKS:,} (the simulator preallocates each); give less "
+                         "host memory or a larger block_size")
+    return tier
+
+
 def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeployment:
     """Fill the engine's defaults (vLLM's without an engine) and size the KV cache of one
     instance type (``weights_role: attention``: an attention instance, without the FFN).
@@ -193,7 +224,7 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
         num_scheduler_steps=_knob(d, "num_scheduler_steps", rt, 1),
         enable_mixed_chunk=_knob(d, "enable_mixed_chunk", rt, False),
         new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0))
-    return ResolvedDeployment(d, oracle, params, memory, rt)
+    return ResolvedDeployment(d, oracle, params, memory, rt, _cpu_tier(d, oracle, block_size))
 
 
 def resolve_deployment(deployment: Deployment | PoolsDeployment | dict) -> ResolvedDeployment:
@@ -252,11 +283,12 @@ class ResolvedPool:
         ``pp`` while a request's step time does not shrink."""
         fitted = isinstance(self.cost, FittedThroughputCost)
         runtime = None if fitted else self.instance.step_runtime()
-        params, pp = self.params, self.virtual_engines
+        params, pp, tier = self.params, self.virtual_engines, self.instance.cpu_tier
         if pp > 1:
             params = replace(params, num_gpu_blocks=max(params.num_gpu_blocks // pp, 1))
+            tier = tier.per_engine(pp) if tier is not None else None
         return PoolSpec(params, self.cost, self.config.count * pp, self.role, self.gpu_name,
-                        runtime)
+                        runtime, tier)
 
 
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost) -> ResolvedPool:

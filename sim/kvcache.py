@@ -18,6 +18,21 @@ on one instance.
 Differences from vLLM: a block hash maps to at most one block (when two running requests
 compute the same block concurrently, the second copy is simply not cached); vLLM keeps a
 small dict of duplicates.
+
+CPU tier
+--------
+``pool.cpu`` is a second tier per instance, in host memory (:class:`CPUPool`, the same
+arrays: hash table and an LRU list; ``meta[i, M_NBLOCKS] == 0`` when the instance has
+none). Every CPU block holds the content of one hashed GPU block; ``ref`` stays 0, so the
+free list *is* the LRU order (head: least recently used). A block is written to the tier
+(:func:`_cpu_put`) when the GPU evicts it (``C_MODE == CPU_STORE_EVICT``) or as soon as
+it is registered in the GPU prefix cache (``CPU_STORE_COMPUTE``, write-through); a hash
+already in the tier only becomes most recently used, moving no bytes. A full tier drops
+its least recently used block. Loads (:func:`load_from_cpu`) copy a block back into a
+fresh GPU block and price the transfer (:func:`charge_cpu_load`); the step that admits
+the request pays it (:func:`take_pending_load`). Bytes and times are per instance in
+``meta`` (block counts) and ``fl`` (seconds); :mod:`serveplan.sim.cpu_tier` prices
+them and turns them into results.
 """
 
 from __future__ import annotations
@@ -36,23 +51,83 @@ M_HEAD, M_TAIL, M_NFREE, M_NBLOCKS, M_SCHED_NRUN, M_SCHED_FULL = range(6)
 N_META = 6
 EMPTY = -1
 
-KVPool = namedtuple("KVPool", ["ref", "key", "nxt", "prv", "meta", "ht_key", "ht_val"])
+# CPU tier: meta columns after the list's (M_HEAD, M_TAIL, M_NFREE, M_NBLOCKS), float
+# columns of ``fl``, and the store modes (C_MODE; 0: no tier)
+C_MODE, C_STORED, C_LOADED, C_LOADS = 4, 5, 6, 7
+N_CPU_META = 8
+F_SEC_PER_BLOCK, F_LATENCY, F_PENDING, F_LOAD_TIME = range(4)
+N_CPU_FL = 4
+CPU_OFF, CPU_STORE_EVICT, CPU_STORE_COMPUTE = 0, 1, 2
+
+KVPool = namedtuple("KVPool", ["ref", "key", "nxt", "prv", "meta", "ht_key", "ht_val", "cpu"])
 """Stacked KV block pools; build with :func:`make_pool`."""
+CPUPool = namedtuple("CPUPool", ["ref", "key", "nxt", "prv", "meta", "ht_key", "ht_val", "fl"])
+"""Stacked CPU tiers (module docstring); build with :func:`make_cpu_pool`."""
 
 
-def make_pool(num_blocks: np.ndarray | list[int]) -> KVPool:
+def _table_capacity(width: int) -> int:
+    return 1 << max(4, int(np.ceil(np.log2(2 * width + 1))))
+
+
+def make_cpu_pool(num_blocks, seconds_per_block=None, latency_s=None, mode=None) -> CPUPool:
+    """CPU tiers for instances with ``num_blocks`` each (0: none), empty.
+
+    ``seconds_per_block``: host-link time of one block's load; ``latency_s``: added once per
+    load; ``mode``: ``CPU_STORE_EVICT`` (default where blocks > 0) or ``CPU_STORE_COMPUTE``.
+    """
+    nb = np.asarray(num_blocks, dtype=np.int64)
+    if nb.ndim != 1 or nb.size == 0 or np.any(nb < 0):
+        raise ValueError(f"CPU tier blocks must be a non-empty list of integers >= 0, got "
+                         f"{num_blocks!r}")
+    n_inst, width = nb.size, max(int(nb.max()), 1)
+    cpu = CPUPool(
+        ref=np.zeros((n_inst, width), dtype=np.int32),
+        key=np.full((n_inst, width), EMPTY, dtype=np.int64),
+        nxt=np.full((n_inst, width), EMPTY, dtype=np.int32),
+        prv=np.full((n_inst, width), EMPTY, dtype=np.int32),
+        meta=np.zeros((n_inst, N_CPU_META), dtype=np.int64),
+        ht_key=np.full((n_inst, _table_capacity(width)), EMPTY, dtype=np.int64),
+        ht_val=np.full((n_inst, _table_capacity(width)), EMPTY, dtype=np.int32),
+        fl=np.zeros((n_inst, N_CPU_FL), dtype=np.float64),
+    )
+    modes = np.broadcast_to(CPU_STORE_EVICT if mode is None else np.asarray(mode), (n_inst,))
+    for name, col, value in (("seconds_per_block", F_SEC_PER_BLOCK, seconds_per_block),
+                             ("latency_s", F_LATENCY, latency_s)):
+        v = np.broadcast_to(np.asarray(0.0 if value is None else value, dtype=np.float64),
+                            (n_inst,))
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"{name} must be finite numbers >= 0, got {value!r}")
+        cpu.fl[:, col] = v
+    for i in range(n_inst):
+        for b in range(int(nb[i])):
+            cpu.prv[i, b] = b - 1
+            cpu.nxt[i, b] = b + 1 if b + 1 < nb[i] else EMPTY
+        cpu.meta[i, M_HEAD] = 0 if nb[i] else EMPTY
+        cpu.meta[i, M_TAIL] = nb[i] - 1 if nb[i] else EMPTY
+        cpu.meta[i, M_NFREE] = cpu.meta[i, M_NBLOCKS] = nb[i]
+        cpu.meta[i, C_MODE] = int(modes[i]) if nb[i] else CPU_OFF
+    return cpu
+
+
+def make_pool(num_blocks: np.ndarray | list[int], cpu: CPUPool | None = None) -> KVPool:
     """Empty pools (all blocks free, nothing cached) for instances with ``num_blocks`` each.
 
     Parameters
     ----------
     num_blocks : int array, one entry per instance
         KV blocks of each instance (>= 1).
+    cpu : CPUPool, optional
+        The instances' CPU tiers (:func:`make_cpu_pool`); default none.
     """
     nb = np.asarray(num_blocks, dtype=np.int64)
     if nb.ndim != 1 or nb.size == 0 or np.any(nb < 1):
         raise ValueError(f"num_blocks must be a non-empty list of integers >= 1, got {num_blocks!r}")
     n_inst, width = nb.size, int(nb.max())
-    cap = 1 << max(4, int(np.ceil(np.log2(2 * width + 1))))
+    cap = _table_capacity(width)
+    if cpu is None:
+        cpu = make_cpu_pool(np.zeros(n_inst, dtype=np.int64))
+    elif cpu.meta.shape[0] != n_inst:
+        raise ValueError(f"the CPU tier has {cpu.meta.shape[0]} instances, the GPU pool {n_inst}")
     pool = KVPool(
         ref=np.zeros((n_inst, width), dtype=np.int32),
         key=np.full((n_inst, width), EMPTY, dtype=np.int64),
@@ -61,6 +136,7 @@ def make_pool(num_blocks: np.ndarray | list[int]) -> KVPool:
         meta=np.zeros((n_inst, N_META), dtype=np.int64),
         ht_key=np.full((n_inst, cap), EMPTY, dtype=np.int64),
         ht_val=np.full((n_inst, cap), EMPTY, dtype=np.int32),
+        cpu=cpu,
     )
     for i in range(n_inst):
         reset_pool(pool, i, int(nb[i]))
@@ -213,6 +289,8 @@ def pop_free(pool, i):
     if k != EMPTY:
         _delete(pool, i, k)
         pool.key[i, b] = EMPTY
+        if pool.cpu.meta[i, C_MODE] == CPU_STORE_EVICT:
+            _cpu_put(pool.cpu, i, k)
     pool.ref[i, b] = 1
     return b
 
@@ -240,3 +318,93 @@ def cache_block(pool, i, b, key):
         return
     if _insert(pool, i, key, b):
         pool.key[i, b] = key
+        if pool.cpu.meta[i, C_MODE] == CPU_STORE_COMPUTE:
+            _cpu_put(pool.cpu, i, key)
+
+
+# ------------------------------------------------------------------------ CPU tier
+@sim_jit
+def _cpu_touch(cpu, i, b):
+    """Make CPU block ``b`` the most recently used."""
+    _unlink(cpu, i, b)
+    _append(cpu, i, b)
+
+
+@sim_jit
+def _cpu_put(cpu, i, key):
+    """Write the block hashed ``key`` to instance ``i``'s CPU tier, dropping the least
+    recently used block when full; a hash already there only becomes most recently used.
+    Returns True if the block's bytes crossed the host link."""
+    b = lookup(cpu, i, key)
+    if b >= 0:
+        if cpu.ref[i, b] == 0:  # (a pinned block is made most recent when unpinned)
+            _cpu_touch(cpu, i, b)
+        return False
+    b = cpu.meta[i, M_HEAD]
+    if b == EMPTY:  # every block pinned by loads in progress: the block is dropped
+        return False
+    old = cpu.key[i, b]
+    if old != EMPTY:
+        _delete(cpu, i, old)
+    cpu.key[i, b] = key
+    _insert(cpu, i, key, b)
+    _cpu_touch(cpu, i, b)
+    cpu.meta[i, C_STORED] += 1
+    return True
+
+
+@sim_jit
+def cpu_on(pool, i):
+    """Whether instance ``i`` has a CPU tier."""
+    return pool.cpu.meta[i, C_MODE] != CPU_OFF
+
+
+@sim_jit
+def cpu_holds(pool, i, key):
+    """Whether instance ``i``'s CPU tier holds the block hashed ``key``."""
+    return lookup(pool.cpu, i, key) >= 0
+
+
+@sim_jit
+def cpu_pin(pool, i, key):
+    """Pin the CPU tier's block ``key`` (a hit about to be loaded): out of the LRU list, so
+    stores made while the request's GPU blocks are taken cannot drop it (vLLM's
+    ``prepare_load`` holds a reference the same way)."""
+    touch(pool.cpu, i, lookup(pool.cpu, i, key))
+
+
+@sim_jit
+def cpu_unpin(pool, i, key):
+    """Unpin a loaded block: it becomes the CPU tier's most recently used."""
+    release(pool.cpu, i, lookup(pool.cpu, i, key))
+
+
+@sim_jit
+def load_from_cpu(pool, i, key):
+    """A fresh GPU block of instance ``i`` with the CPU tier's (pinned) block ``key``
+    loaded into it: taken from the free list (which may evict, and so store, another
+    block) and registered under ``key``; the CPU copy stays. The caller prices the
+    transfer (:func:`charge_cpu_load`)."""
+    b = pop_free(pool, i)
+    cache_block(pool, i, b, key)
+    return b
+
+
+@sim_jit
+def charge_cpu_load(pool, i, n_blocks):
+    """One load of ``n_blocks`` blocks over instance ``i``'s host link: ``n_blocks *
+    seconds_per_block + latency``, added to the next step the instance launches."""
+    cpu = pool.cpu
+    t = n_blocks * cpu.fl[i, F_SEC_PER_BLOCK] + cpu.fl[i, F_LATENCY]
+    cpu.fl[i, F_PENDING] += t
+    cpu.fl[i, F_LOAD_TIME] += t
+    cpu.meta[i, C_LOADED] += n_blocks
+    cpu.meta[i, C_LOADS] += 1
+
+
+@sim_jit
+def take_pending_load(pool, i):
+    """Seconds of CPU-tier loads the step being launched on instance ``i`` waits for."""
+    t = pool.cpu.fl[i, F_PENDING]
+    pool.cpu.fl[i, F_PENDING] = 0.0
+    return t

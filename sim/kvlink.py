@@ -7,6 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def rank_kv_bytes_per_token(oracle) -> float:
+    """KV bytes of one token on one rank of an instance (its cost ``oracle``: model,
+    parallelism, KV dtype): :func:`~serveplan.estimator.memory.kv_bytes_per_token_layer`
+    times the layers of the rank's pipeline stage (the first stage is the largest)."""
+    from serveplan.estimator.memory import kv_bytes_per_token_layer
+
+    layers = -(-oracle.model.num_layers // oracle.parallel.pp)
+    return kv_bytes_per_token_layer(oracle.model, oracle.parallel.tp, oracle.kv_dtype) * layers
+
+
 @dataclass(frozen=True)
 class KVLink:
     """How KV moves from prefill to decode instances.
@@ -73,13 +83,10 @@ class KVLink:
         """
         from serveplan.estimator.memory import kv_bytes_per_token_layer
 
+        per_rank = rank_kv_bytes_per_token
         if placement not in ("packed", "separate"):
             raise ValueError(f"placement given an invalid value: {placement!r} "
                              "(valid: packed, separate)")
-
-        def per_rank(o) -> float:
-            layers = -(-o.model.num_layers // o.parallel.pp)
-            return kv_bytes_per_token_layer(o.model, o.parallel.tp, o.kv_dtype) * layers
 
         po, do = prefill_oracle, decode_oracle
         rank_bytes = max(per_rank(po), per_rank(do))
@@ -126,4 +133,4 @@ class KVLink:
         return pn, dn
 
 
-__all__ = ["KVLink"]
+__all__ = ["KVLink", "rank_kv_bytes_per_token"]

@@ -20,6 +20,7 @@ from serveplan.kernels import jit_mode
 from . import _jitcache
 from .afd_cost import AFDStepCost
 from .costs import FittedThroughputCost, decode_rate, make_cost_tables, prefill_seconds
+from .cpu_tier import cpu_pool_for
 from .handoff import (
     N_GF,
     N_GI,
@@ -455,7 +456,7 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps, fron
           else make_handoff_state(n, 0, 0))
     n_p = 1 if delay else (int(pools[0].num_instances) if pd else 0)
     world = World(
-        pool=make_pool(lay.blocks),
+        pool=make_pool(lay.blocks, cpu_pool_for(pools, lay.pool_of)),
         inst=make_inst(len(lay.pool_of), lay.slots, lay.max_blocks, lay.queue_cap),
         views=_views(requests, n, w.prompt, w.output, w.ignored, w.arrival, pd),
         knobs=_knob_table(pools, lay, policy),

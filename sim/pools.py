@@ -53,7 +53,8 @@ class PoolSpec:
     :class:`~serveplan.sim.costs.FittedThroughputCost`. ``gpu`` labels the pool's
     instances in results (default: the oracle's GPU name, if any). ``runtime`` is the
     engine's work per step besides the forward pass
-    (:class:`~serveplan.sim.runtime.StepRuntime`; default none).
+    (:class:`~serveplan.sim.runtime.StepRuntime`; default none). ``cpu_tier`` is each
+    instance's CPU KV tier (:class:`~serveplan.sim.cpu_tier.CPUTier`; default none).
     """
 
     params: object  # serveplan.sim.engine.EngineParams
@@ -62,6 +63,7 @@ class PoolSpec:
     role: Role = Role.COLOCATED
     gpu: str = ""
     runtime: object = None  # serveplan.sim.runtime.StepRuntime
+    cpu_tier: object = None  # serveplan.sim.cpu_tier.CPUTier
 
     def __post_init__(self) -> None:
         if int(self.num_instances) != self.num_instances or self.num_instances < 1:

@@ -23,6 +23,10 @@ decode step), ``kv_wait_s`` (transfer start - KV ready: backpressure), ``transfe
 instance had the least token occupancy / fewest decoding requests at the handoff; -1 if not
 checked); its ``routed_to`` is the decode instance's index within the decode pool.
 
+A run with a CPU KV tier adds its variables (:func:`serveplan.sim.cpu_tier.cpu_tier_vars`):
+``gpu_hit_tokens`` / ``cpu_hit_tokens`` per request, the tier's capacity, bytes stored and
+loaded, loads and load time per instance.
+
 Percentiles are over completed requests (rejected ones -- prompt too long -- are excluded
 and counted as failed).
 """
@@ -32,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from .cpu_tier import cpu_tier_vars
 from .handoff import Q_DBASE
 from .loop_api import RunResult
 from .pools import DOWNSTREAM_ROLES
@@ -219,6 +224,7 @@ def to_dataset(res: RunResult, *, attrs: dict | None = None) -> xr.Dataset:
     data = {**_request_vars(res), **_step_vars(res), **_instance_vars(res)}
     if res.disaggregated:
         data.update(_handoff_vars(res))
+    data.update(cpu_tier_vars(res))
     ds = xr.Dataset(data, coords={
         "request": np.arange(len(res.reqs.prompt)),
         "instance": np.arange(res.num_instances),

@@ -72,6 +72,7 @@ from .state import (
     allocate_waiting,
     cdiv,
     find_cached_blocks,
+    hit_takes_free_block,
     is_decode,
     num_tokens,
     preempt_at,
@@ -125,10 +126,11 @@ def _chunked_request(inst, reqs, i):
 
 @sim_jit
 def _evictable_hits(pool, inst, i, n_hit):
-    """Cached hit blocks (``inst.hits``) that sit in the free list."""
+    """Hit blocks (``inst.hits``) that take a free block when admitted: cached ones in the
+    free list, and CPU-tier ones (loaded into fresh blocks)."""
     n = 0
     for k in range(n_hit):
-        if pool.ref[i, inst.hits[k]] == 0:
+        if hit_takes_free_block(pool, inst, i, k):
             n += 1
     return n
 

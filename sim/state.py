@@ -38,6 +38,12 @@ import numpy as np
 from ._jitcache import sim_jit
 from .kvcache import (
     cache_block,
+    charge_cpu_load,
+    cpu_holds,
+    cpu_on,
+    cpu_pin,
+    cpu_unpin,
+    load_from_cpu,
     lookup,
     mix64,
     num_free,
@@ -117,6 +123,7 @@ N_KNOBS = 17
  G_MAX_STEPS, G_ENTRY_LO, G_ENTRY_HI, G_PAUSE) = range(13)
 N_GLOB = 13
 ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
+CPU_HIT = -2  # an inst.hits entry: the block is in the CPU tier, not on the GPU
 # per-instance integer state: inst.ist[i, I_*]
 I_NRUN, I_WHEAD, I_WLEN, I_BUSY, I_BATCH, I_NSLOT, I_STEPS = range(7)
 N_IST = 7
@@ -131,7 +138,7 @@ N_ACC = 9
 Reqs = namedtuple("Reqs", [
     "arrival", "prompt", "output", "computed", "n_out", "status", "inst", "slot",
     "t_sched", "t_first", "t_last", "t_finish", "itl_max", "n_preempt", "hit",
-    "hash_ids", "hash_off",
+    "hash_ids", "hash_off", "cpu_hit",
 ])
 Inst = namedtuple("Inst", [
     "ist", "acc", "run", "wq", "blocks", "nblk", "nhashed", "free_slots",
@@ -161,6 +168,7 @@ def make_reqs(arrival, prompt, output, hash_ids=None, hash_off=None) -> Reqs:
         hit=np.full(n, -1, dtype=np.int64),
         hash_ids=np.array(hash_ids, dtype=np.int64),  # a writable copy (traces are read-only)
         hash_off=np.array(hash_off, dtype=np.int64),
+        cpu_hit=np.zeros(n, dtype=np.int64),
     )
 
 
@@ -254,6 +262,9 @@ def find_cached_blocks(pool, inst, reqs, knobs, glob, i, r):
     """Longest run of cached leading blocks of ``r`` (at most ``num_tokens - 1`` tokens).
 
     The block ids go to ``inst.hits``; returns their count (vLLM ``get_computed_blocks``).
+    Where the GPU cache stops, the instance's CPU tier may continue the run: those blocks
+    are marked ``CPU_HIT`` and loaded at admission (:func:`allocate_waiting`), as vLLM's
+    offloading connector extends the GPU hit (``get_num_new_matched_tokens``).
     """
     if knobs[i, K_PREFIX] == 0:
         return 0
@@ -266,7 +277,18 @@ def find_cached_blocks(pool, inst, reqs, knobs, glob, i, r):
             break
         inst.hits[k] = b
         k += 1
+    if k < limit and cpu_on(pool, i):
+        while k < limit and cpu_holds(pool, i, block_key(reqs, r, k, bs, glob[G_HASH_BLOCK])):
+            inst.hits[k] = CPU_HIT
+            k += 1
     return k
+
+
+@sim_jit
+def hit_takes_free_block(pool, inst, i, k):
+    """Whether hit ``k`` of ``inst.hits`` takes a block off the free list when admitted: a
+    cached block sitting in the free list, or a CPU-tier block loaded into a fresh one."""
+    return inst.hits[k] == CPU_HIT or pool.ref[i, inst.hits[k]] == 0
 
 
 @sim_jit
@@ -317,10 +339,39 @@ def reserve_blocks(pool, inst, reqs, knobs, i, r, tokens):
 
 
 @sim_jit
+def _take_hits(pool, inst, reqs, glob, i, r, s, n_hit, bs):
+    """The ``n_hit`` hit blocks of ``r`` become the first of slot ``s``'s block table: GPU
+    hits are touched; CPU-tier hits are pinned, loaded into fresh blocks and unpinned
+    (last block first, so a prefix's head stays the most recently used), and the load is
+    charged to the instance's next step."""
+    n_cpu = 0
+    for k in range(n_hit):
+        if inst.hits[k] == CPU_HIT:
+            cpu_pin(pool, i, block_key(reqs, r, k, bs, glob[G_HASH_BLOCK]))
+            n_cpu += 1
+    for k in range(n_hit):
+        b = inst.hits[k]
+        if b == CPU_HIT:
+            b = load_from_cpu(pool, i, block_key(reqs, r, k, bs, glob[G_HASH_BLOCK]))
+        else:
+            touch(pool, i, b)
+        inst.blocks[i, s, k] = b
+    if n_cpu == 0:
+        return
+    for k in range(n_hit - 1, n_hit - n_cpu - 1, -1):
+        cpu_unpin(pool, i, block_key(reqs, r, k, bs, glob[G_HASH_BLOCK]))
+    charge_cpu_load(pool, i, n_cpu)
+    if reqs.hit[r] < 0:  # first admission (admit_request records the total)
+        reqs.cpu_hit[r] = n_cpu * bs
+
+
+@sim_jit
 def allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark,
                      reserve_tokens):
     """Admit waiting request ``r``: reuse its ``n_hit`` cached blocks (``inst.hits``) and
-    allocate the rest for ``num_new`` tokens, keeping ``watermark`` blocks free.
+    allocate the rest for ``num_new`` tokens, keeping ``watermark`` blocks free. Hits in
+    the CPU tier are loaded into fresh blocks now and their transfer is charged to the
+    instance's next step (a synchronous load before the request's first forward pass).
 
     Returns False, changing nothing, if the free blocks do not suffice -- for the first
     ``max(n_hit * block_size + num_new, reserve_tokens)`` tokens (a policy may ask for its
@@ -332,7 +383,7 @@ def allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, waterm
     check_blocks = max(total_blocks, cdiv(reserve_tokens, bs))
     evictable = 0
     for k in range(n_hit):
-        if pool.ref[i, inst.hits[k]] == 0:
+        if hit_takes_free_block(pool, inst, i, k):
             evictable += 1
     if check_blocks - n_hit + evictable + watermark > num_free(pool, i):
         return False
@@ -340,9 +391,7 @@ def allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, waterm
     s = inst.free_slots[i, n_slot]
     inst.ist[i, I_NSLOT] = n_slot
     reqs.slot[r] = s
-    for k in range(n_hit):
-        touch(pool, i, inst.hits[k])
-        inst.blocks[i, s, k] = inst.hits[k]
+    _take_hits(pool, inst, reqs, glob, i, r, s, n_hit, bs)
     inst.nblk[i, s] = n_hit
     inst.nhashed[i, s] = n_hit
     for k in range(n_hit, total_blocks):

@@ -5,10 +5,12 @@ fills the batch (:func:`serveplan.sim.scheduler.schedule`), :func:`launch` price
 the instance's cost row (:func:`serveplan.sim.costs.step_seconds`), marks the instance busy
 until its end and records it, and at the end :func:`complete_step` lets every request whose
 computed tokens caught up with its tokens emit one output token (the step that completes a
-prefill emits the first token). A request finishes when it has emitted ``output_len``
-tokens; its blocks return to the pool (still cached). On a colocated instance that is the
-end of the request (:func:`serveplan.sim.lifecycle.request_done`); a decode instance's
-handler adds the router's bookkeeping first (:mod:`serveplan.sim.disagg`).
+prefill emits the first token). A step also lasts the host-link time of the KV blocks its
+newly admitted requests load from the CPU tier (:mod:`serveplan.sim.kvcache`). A request
+finishes when it has emitted ``output_len`` tokens; its blocks return to the pool (still
+cached). On a colocated instance that is the end of the request
+(:func:`serveplan.sim.lifecycle.request_done`); a decode instance's handler adds the
+router's bookkeeping first (:mod:`serveplan.sim.disagg`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from ._jitcache import sim_jit, sim_jit_inline
 from .costs import step_seconds
 from .engine_policies import burst_steps, tokens_emitted
-from .kvcache import num_used
+from .kvcache import num_used, take_pending_load
 from .lifecycle import ROLE_COLOCATED, request_done, stage_of
 from .recorder import record_step
 from .runtime import output_delay, step_runtime
@@ -65,6 +67,7 @@ def launch(w, i, now):
             decode_tokens += k
     c = w.knobs[i, K_COST]
     gpu = passes * step_seconds(w.costs, c, inst, i, bn, tokens if passes == 1 else bn)
+    gpu += take_pending_load(w.pool, i)  # CPU-tier loads of the requests it admitted
     dt = step_runtime(w.costs.rt[c], gpu, bn, tokens, w.knobs[i, K_ASYNC] != 0)
     used = num_used(w.pool, i)
     inst.acc[i, A_LAST_START] = now

@@ -19,6 +19,7 @@ import numpy as np
 import xarray as xr
 
 from .clients import TIMEOUT_ATTR, client_outcome
+from .cpu_tier import cpu_tier_summary
 from .state import FINISHED_IGNORED
 
 PERCENTILES = (50, 90, 99)
@@ -126,6 +127,7 @@ def summarize(ds: xr.Dataset, slo: dict | None = None) -> dict:
     """
     done = _done(ds)
     s = _headline(ds, done)
+    s.update(cpu_tier_summary(ds, done))
     if slo:
         s.update(slo_verdict(ds, done, slo))
     if "transfer_s" in ds:  # disaggregated: both roles, even without prefill instances

@@ -132,8 +132,8 @@ def _short(value) -> str:
 def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
                       concurrency=None, isl=None, osl=None, seed=None, scheduler=None,
                       router=None, num_instances=None, num_gpu_blocks=None, max_num_seqs=None,
-                      max_num_batched_tokens=None, sets: dict | None = None,
-                      source: Path | None = None) -> dict:
+                      max_num_batched_tokens=None, kv_offload_gb=None,
+                      sets: dict | None = None, source: Path | None = None) -> dict:
     """Apply CLI overrides to the file's mapping (file < flags < ``--set``).
 
     ``--trace`` turns the workload into a trace workload and ``--concurrency`` into a
@@ -165,6 +165,8 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
     knobs = {"scheduler": scheduler, "num_gpu_blocks": num_gpu_blocks,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
     pools = (data.get("deployment") or {}).get("pools")
+    if kv_offload_gb is not None:
+        knobs["kv_offload"] = _offload_flag(data.get("deployment") or {}, kv_offload_gb)
     if isinstance(pools, list):  # the pool form: instance knobs apply to every pool
         if len(pools) == 1:  # (a pool that is not a mapping: pydantic names it)
             count = flags.pop("deployment.num_instances")
@@ -177,6 +179,19 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
                        **(sets or {})}.items():
         data = set_path(data, key, value.value if isinstance(value, Enum) else value)
     return data
+
+
+def _offload_flag(deployment: dict, gb: float) -> dict:
+    """``kv_offload`` after ``--kv-offload-gb``: the file's other options kept (those of the
+    deployment, or of its first pool that has any), its size replaced."""
+    from serveplan.kv_offload import SIZE_FIELDS
+
+    found = [deployment.get("kv_offload")]
+    pools = deployment.get("pools")
+    found += [p.get("kv_offload") for p in pools if isinstance(p, dict)] \
+        if isinstance(pools, list) else []
+    base = next((f for f in found if isinstance(f, dict)), {})
+    return {**{k: v for k, v in base.items() if k not in SIZE_FIELDS}, "cpu_gb": gb}
 
 
 def wide_console(*, stderr: bool = False) -> Console:
@@ -199,9 +214,11 @@ def fmt(v) -> str:
 
 _HEAD = ("completed", "failed", "duration_s", "request_throughput", "output_throughput",
          "total_token_throughput", "mean_itl_ms", "num_preemptions")
+_CPU_TIER = ("gpu_prefix_hit_rate", "cpu_prefix_hit_rate", "cpu_bytes_stored",
+             "cpu_bytes_loaded", "cpu_load_time_s")  # with a CPU KV tier only
 _COLOCATED = {
-    "head": (*_HEAD, "prefix_hit_rate", "mean_batch_size", "mean_kv_usage", "max_kv_usage",
-             "total_steps"),
+    "head": (*_HEAD, "prefix_hit_rate", *_CPU_TIER, "mean_batch_size", "mean_kv_usage",
+             "max_kv_usage", "total_steps"),
     "stats": ("mean", "median", "p90", "p99"),
     "latency": (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
                 ("queue", "queueing delay"), ("max_itl", "max ITL per request")),
@@ -211,7 +228,7 @@ _PD = {
              "optimal_assignment_ratio_requests", "prefill_mean_batch_size",
              "prefill_mean_kv_usage", "decode_mean_batch_size", "decode_mean_kv_usage",
              "decode_requests_per_instance_min", "decode_requests_per_instance_max",
-             "total_steps"),
+             *_CPU_TIER, "total_steps"),
     "stats": ("mean", "median", "p99", "p99_9"),
     "latency": (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
                 ("queue", "prefill queueing"), ("kv_wait", "wait for decode admission"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -29,6 +30,12 @@ class RouterOpt(str, Enum):
     round_robin = "round-robin"
     least_outstanding_tokens = "least-outstanding-tokens"
     least_requests = "least-requests"
+
+
+KVOffloadGB = Annotated[float | None, typer.Option(
+    "--kv-offload-gb", help="CPU KV tier per instance, GiB of host memory (vLLM "
+    "--kv-offloading-size); 0: none. Other options: --set "
+    "deployment.kv_offload.store_on=compute (docs/cpu-offload.md).")]
 
 
 @app.command()
@@ -62,6 +69,7 @@ def simulate(
         None, "--max-num-seqs", help="Override max_num_seqs (requests per batch) of every instance."),
     max_num_batched_tokens: int | None = typer.Option(
         None, "--max-num-batched-tokens", help="Override the per-step token budget of every instance."),
+    kv_offload_gb: KVOffloadGB = None,
     set_: list[str] = typer.Option([], "--set",
                                    help="Any config field: --set deployment.block_size=32."),
 ) -> None:
@@ -75,7 +83,7 @@ def simulate(
         concurrency=concurrency, isl=isl, osl=osl, seed=seed, scheduler=scheduler,
         router=router, num_instances=num_instances, num_gpu_blocks=num_gpu_blocks,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        sets=parse_set(set_), source=config)
+        kv_offload_gb=kv_offload_gb, sets=parse_set(set_), source=config)
     ds = _run(SimulationConfig.model_validate(data))
     summary = json.loads(ds.attrs["summary"])
     if out is not None:
