@@ -1,6 +1,9 @@
-"""Colocated vs prefill/decode vs attention/FFN disaggregation on 256 H800 (Frontier §6.1).
+"""Colocated vs prefill/decode vs attention/FFN disaggregation on H800 (Frontier §6.1).
 
-Llama-3.3-70B batch inference on a 256-GPU H800 budget: for each architecture a small grid
+Scenario ``llama70b`` (the paper's §6.1 setting): Llama-3.3-70B batch inference on a
+256-GPU H800 budget. Scenario ``moe`` (a Step-3-like MoE at reduced scale): Qwen3-235B-A22B
+on 64 H800, AFD with a tensor-parallel FFN (tp 8) and an expert-parallel one (ep 8), as
+the paper's §5 AFD-TP / AFD-EP layouts. For each architecture a small grid
 of layouts (GPU split between roles, tensor parallelism, batching limit ``max_num_seqs``)
 runs a closed loop whose clients fill every decode slot (aiperf-style concurrency = decode
 instances x ``max_num_seqs``; the first round of requests is warm-up). Each run gives
@@ -9,7 +12,7 @@ TTFT bound (3,000 ms or 500 ms) and p95 TPOT within 20 ms (50 tokens/s per user,
 generation-speed target of the paper's Figure 13). The report lists every run and the best
 layout per architecture and SLA, next to the paper's.
 
-    python bench/afd_frontier.py            # ~10-20 min on 2 cores, writes bench/results/
+    python bench/afd_frontier.py [--scenario llama70b|moe]   # writes bench/results/
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from serveplan.config import SimulationConfig  # noqa: E402
 from serveplan.simulation import run_config  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
-MODEL, GPU, BUDGET = "llama-3.3-70b", "h800", 256
+GPU = "h800"
+SCENARIOS = {"llama70b": ("llama-3.3-70b", 256), "moe": ("qwen3-235b-a22b", 64)}
+MODEL, BUDGET = SCENARIOS["llama70b"]
 ISL, OSL, MAX_LEN = 2048, 256, 4096
 TPOT_MS = 20.0
 TTFT_MS = (3000.0, 500.0)
@@ -44,7 +49,30 @@ def _pool(role, tp, count, **kw):
 
 
 def layouts():
-    """``(architecture, label, deployment, decode slots)`` of the grid (256 GPUs each)."""
+    """``(architecture, label, deployment, decode slots)`` of the grid (BUDGET GPUs each)."""
+    return _layouts_dense() if BUDGET == 256 else _layouts_moe()
+
+
+def _layouts_moe():
+    out = []
+    for seqs in SEQS:
+        out.append(("colocated", f"8x tp8 ep8 seqs{seqs}",
+                    {"pools": [_pool("colocated", 8, 8, ep=8, max_num_seqs=seqs)]}, 8 * seqs))
+        for p_n in (2, 3):
+            out.append(("pd", f"P:D {8 * p_n}:{64 - 8 * p_n} (tp8 ep8) seqs{seqs}",
+                        {"pools": [_pool("prefill", 8, p_n, ep=8, max_num_seqs=16),
+                                   _pool("decode", 8, 8 - p_n, ep=8, max_num_seqs=seqs)],
+                         "decode_router": "least-loaded"}, (8 - p_n) * seqs))
+        for ffn, ep in (("TP", 1), ("EP", 8)):
+            out.append(("afd", f"AFD-{ffn} P:A:F 16:32:16 seqs{seqs}",
+                        {"pools": [_pool("prefill", 8, 2, ep=8, max_num_seqs=16),
+                                   _pool("attention", 4, 8, max_num_seqs=seqs),
+                                   _pool("ffn", 8, 2, ep=ep)],
+                         "decode_router": "least-loaded", "micro_batches": 2}, 8 * seqs))
+    return out
+
+
+def _layouts_dense():
     out = []
     for tp in (4, 8):
         for seqs in SEQS:
@@ -92,9 +120,9 @@ def best(rows, arch, ttft):
 
 
 def report(rows, command) -> str:
-    lines = ["# Colocated vs PD vs AFD on 256 H800 (Frontier §6.1 setting)", "",
+    lines = [f"# Colocated vs PD vs AFD: {MODEL} on {BUDGET} H800", "",
              f"Command: `{command}`", "",
-             f"Llama-3.3-70B, {BUDGET} H800, closed loop filling every decode slot, ISL {ISL} / "
+             f"{MODEL}, {BUDGET} H800, closed loop filling every decode slot, ISL {ISL} / "
              f"OSL {OSL} (fixed), first round of requests discarded. SLA: p95 TTFT within the "
              f"bound and p95 TPOT <= {TPOT_MS:g} ms. Throughput = output tokens/s.", "",
              "## Best layout per architecture", "",
@@ -105,8 +133,8 @@ def report(rows, command) -> str:
             b = best(rows, arch, ttft)
             cells = ([b["layout"], f"{b['output_tok_s']:,.0f}", f"{b['p95_ttft_ms']:,.0f}",
                       f"{b['p95_tpot_ms']:.1f}"] if b else ["none meets the SLA", "", "", ""])
-            lines.append(f"| {ttft:g} ms | {arch} | " + " | ".join(cells) +
-                         f" | {PAPER[ttft][arch]} |")
+            paper = PAPER[ttft][arch] if BUDGET == 256 else "--"
+            lines.append(f"| {ttft:g} ms | {arch} | " + " | ".join(cells) + f" | {paper} |")
     lines += ["", "## Every run", "", "| architecture | layout | concurrency | output tok/s | "
               "p95 TTFT ms | p95 TPOT ms | sim wall s |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -119,8 +147,11 @@ def report(rows, command) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scenario", choices=tuple(SCENARIOS), default="llama70b")
     ap.add_argument("--only", choices=("colocated", "pd", "afd"), nargs="*")
     args = ap.parse_args(argv)
+    global MODEL, BUDGET
+    MODEL, BUDGET = SCENARIOS[args.scenario]
     rows = []
     for arch, label, dep, conc in layouts():
         if args.only and arch not in args.only:
@@ -132,9 +163,10 @@ def main(argv=None) -> int:
     command = "python bench/afd_frontier.py " + " ".join(argv if argv is not None
                                                          else sys.argv[1:])
     OUT.mkdir(exist_ok=True)
-    (OUT / "afd_frontier.json").write_text(json.dumps({"command": command, "runs": rows},
-                                                      indent=1))
-    (OUT / "afd_frontier.md").write_text(report(rows, command.strip()))
+    name = "afd_frontier" if args.scenario == "llama70b" else f"afd_{args.scenario}"
+    (OUT / f"{name}.json").write_text(json.dumps({"command": command, "runs": rows},
+                                                 indent=1))
+    (OUT / f"{name}.md").write_text(report(rows, command.strip()))
     return 0
 
 

@@ -18,6 +18,7 @@ from serveplan.commands import calibrate  # noqa: F401
 from serveplan.commands import compare_routers  # noqa: F401
 from serveplan.commands import compare  # noqa: F401
 from serveplan.commands import warmup  # noqa: F401
+from serveplan.commands import rollout  # noqa: F401
 # isort: on
 from serveplan.commands.app import app
 

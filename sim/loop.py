@@ -51,7 +51,9 @@ from .state import (
     G_NEXT,
     G_NOPEN,
     G_PAUSE,
+    G_START_IDLE,
     G_STEPS,
+    G_STOP_DONE,
     I_BATCH,
     I_BUSY,
     I_NRUN,
@@ -176,8 +178,11 @@ def _handle_next_event(w):
 @sim_jit
 def run_loop(w, now):
     """Advance until every request has finished, an error code is set in ``glob`` or a
-    Python policy must fill a batch (``glob[G_PAUSE]``, its time in ``clock[0]``). ``now``
-    is the time of the paused decision when resuming (ignored otherwise)."""
+    Python policy must fill a batch (``glob[G_PAUSE]``, its time in ``clock[0]``), or --
+    with ``glob[G_STOP_DONE]`` set -- once that many requests have finished (after the
+    instances idle at that instant have started their steps; the time in ``clock[0]``).
+    ``now`` is the time of the paused decision when resuming, or the time at which to start
+    the idle instances with ``glob[G_START_IDLE]`` set (ignored otherwise)."""
     glob = w.glob
     n = w.views[0].prompt.shape[0]
     first = 0
@@ -188,6 +193,9 @@ def run_loop(w, now):
         if w.inst.ist[paused, I_BATCH] > 0:
             launch(w, paused, now)
         first = paused + 1
+    elif glob[G_START_IDLE] != 0:  # state set up outside the loop: start its steps first
+        glob[G_START_IDLE] = 0
+        resume = True
     while resume or glob[G_DONE] < n:
         if not resume:
             now = _handle_next_event(w)
@@ -200,6 +208,9 @@ def run_loop(w, now):
             return
         if glob[G_STEPS] >= glob[G_MAX_STEPS]:
             glob[G_ERROR] = ERR_MAX_STEPS
+            return
+        if 0 < glob[G_STOP_DONE] <= glob[G_DONE] < n:  # a layout switch: stop here
+            w.clock[0] = now
             return
 
 

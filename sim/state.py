@@ -118,10 +118,13 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 N_KNOBS = 17
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
-# whose Python policy must fill the next batch (0: not paused).
+# whose Python policy must fill the next batch (0: not paused). G_STOP_DONE > 0: the loop
+# returns once that many requests have finished (a layout switch, serveplan.sim.reconfig;
+# the time in clock[0]); G_START_IDLE != 0: the loop first starts every idle instance with
+# work at the time it is given (state set up outside the loop), then handles events.
 (G_ROUTER, G_CONCURRENCY, G_HASH_BLOCK, G_NEXT, G_NOPEN, G_DONE, G_RR, G_STEPS, G_ERROR,
- G_MAX_STEPS, G_ENTRY_LO, G_ENTRY_HI, G_PAUSE) = range(13)
-N_GLOB = 13
+ G_MAX_STEPS, G_ENTRY_LO, G_ENTRY_HI, G_PAUSE, G_STOP_DONE, G_START_IDLE) = range(15)
+N_GLOB = 15
 ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
 CPU_HIT = -2  # an inst.hits entry: the block is in the CPU tier, not on the GPU
 # per-instance integer state: inst.ist[i, I_*]

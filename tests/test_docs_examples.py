@@ -35,6 +35,7 @@ SHORT = {
     "compare-routers": ["-n", "100"],
     "goodput": ["-n", "200", "--seeds", "1"],
     "search": ["-n", "200", "--seeds", "1", "--max-decide", "2"],
+    "rollout": ["-n", "200"],
 }
 """Flags appended to a documented command to keep the run short."""
 
