@@ -186,4 +186,5 @@ def _deepseek(c: _Config, layers: int) -> dict:
         qk_nope_head_dim=c.need("qk_nope_head_dim"),
         qk_rope_head_dim=c.need("qk_rope_head_dim"),
         v_head_dim=c.need("v_head_dim"),
+        num_nextn_predict_layers=int(c.get("num_nextn_predict_layers") or 0),
     )

@@ -35,14 +35,22 @@ from .specs import GPUSpec, ModelSpec, Parallelism, SpecError
 PHASES = ("prefill", "decode")
 
 
-def cuda_graph_sizes(max_num_seqs: int = 256, max_size: int | None = None) -> np.ndarray:
+def cuda_graph_sizes(max_num_seqs: int = 256, max_size: int | None = None,
+                     decode_query_len: int = 1) -> np.ndarray:
     """vLLM's default CUDA-graph capture sizes (v0.11): 1, 2, 4, 8..248 step 8, then step 16.
 
-    The largest size is ``min(2 * max_num_seqs, 512)`` unless ``max_size`` is given.
+    The largest size is ``min(2 * max_num_seqs * decode_query_len, 512)`` unless
+    ``max_size`` is given. With speculative decoding a decode brings ``decode_query_len =
+    1 + num_speculative_tokens`` tokens and vLLM rounds every size up to a multiple of it,
+    dropping those beyond the largest (``VllmConfig._set_cudagraph_sizes``,
+    ``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode``).
     """
-    top = max_size if max_size is not None else min(2 * max_num_seqs, 512)
+    q = int(decode_query_len)
+    top = max_size if max_size is not None else min(2 * max_num_seqs * q, 512)
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
-    return np.array(sorted(s for s in set(sizes) if s <= top), dtype=np.float64)
+    sizes = {-(-s // q) * q for s in sizes if s <= top}
+    kept = sorted(s for s in sizes if s <= top) or ([q] if q <= top else [])
+    return np.array(kept, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -85,13 +93,16 @@ class CostOracle:
     moe_routing
         How routed tokens spread over the expert-parallel ranks (a :class:`MoERouting` or
         its fields as a dict; default uniform). A step is priced at its busiest rank.
+    decode_query_len
+        Tokens a decoding request brings per step: ``1 + num_speculative_tokens`` with
+        speculative decoding (sets the CUDA-graph capture sizes as vLLM does).
     """
 
     def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
                  dtype: str | Quantization | None = None, kv_dtype: str | None = None,
                  cuda_graph: bool = True, profile: Profile | str | Path | None = None,
                  max_num_seqs: int = 256, correctors: bool = True,
-                 moe_routing: MoERouting | dict | None = None):
+                 moe_routing: MoERouting | dict | None = None, decode_query_len: int = 1):
         self.model: ModelSpec = resolve_model(model)
         self.gpu: GPUSpec = resolve_gpu(gpu)
         self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
@@ -114,7 +125,7 @@ class CostOracle:
         if correctors and self.profile.correctors and self.profile.attention_impl == "fused":
             self.prm = self._attach_correctors(self.prm)
         K.fill_rates(self.table.ops, self.prm)
-        self.graph_sizes = cuda_graph_sizes(max_num_seqs)
+        self.graph_sizes = cuda_graph_sizes(max_num_seqs, decode_query_len=decode_query_len)
         self._agg = np.zeros((self.table.n_ops, K.N_AGG))
         self._comp = np.zeros(len(MODULE_NAMES))
         self._comm = np.zeros(len(MODULE_NAMES))

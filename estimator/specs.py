@@ -113,6 +113,9 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # multi-token prediction layers shipped with the checkpoint (DeepSeek-V3's
+    # num_nextn_predict_layers): the drafter of speculative decoding's ``mtp`` method
+    num_nextn_predict_layers: int = Field(0, ge=0)
     # how the checkpoint stores each weight class and the KV cache (16-bit by default)
     quantization: Quantization = Field(None, validate_default=False)  # set before validation
 

@@ -101,6 +101,16 @@ def attention_aggregates(new_tokens, context_len, n, prefill_class, window, tile
     out[3] = full score entries q·(c+q)`` (what an eager implementation materialises),
     out[4] = number of requests``.
     """
+    attention_aggregates_q(new_tokens, context_len, n, prefill_class, window, tile, out, 1.0)
+
+
+@njit(cache=True)
+def attention_aggregates_q(new_tokens, context_len, n, prefill_class, window, tile, out,
+                           q_decode):
+    """:func:`attention_aggregates` where the decode class is every request with at most
+    ``q_decode`` new tokens: a speculative-decoding verify step brings ``k + 1`` query
+    tokens per decoding request, and vLLM's attention backends split decodes from prefills
+    at that length (``reorder_batch_threshold = 1 + num_speculative_tokens``)."""
     out[0] = 0.0
     out[1] = 0.0
     out[2] = 0.0
@@ -108,7 +118,7 @@ def attention_aggregates(new_tokens, context_len, n, prefill_class, window, tile
     out[4] = 0.0
     for i in range(n):
         q = float(new_tokens[i])
-        if q <= 0.0 or (q > 1.0) != prefill_class:
+        if q <= 0.0 or (q > q_decode) != prefill_class:
             continue
         c = float(context_len[i])
         pairs, kv = attention_request(q, c, window, tile)

@@ -134,19 +134,20 @@ def _collective_ref(ops, r, T, prm, e_m):
     return alltoall_time_ref(busiest, prm[K.P_EP], prm[K.P_COMM_BW], prm[K.P_COMM_LAT], e_m)
 
 
-def _attention_agg_ref(ops, r, q, cx, prm):
-    """Pairs, KV reads, query tokens, score entries and requests of row ``r``'s class."""
+def _attention_agg_ref(ops, r, q, cx, prm, q_decode=1):
+    """Pairs, KV reads, query tokens, score entries and requests of row ``r``'s class
+    (decodes: requests with at most ``q_decode`` new tokens)."""
     agg = np.zeros(5)
     want_prefill = int(ops[r, K.C_BASIS]) != K.B_ATTN_DECODE
     for i in range(q.shape[0]):
-        if q[i] <= 0 or (q[i] > 1) != want_prefill:
+        if q[i] <= 0 or (q[i] > q_decode) != want_prefill:
             continue
         pairs, kv = attention_request_ref(q[i], cx[i], ops[r, K.C_WINDOW], prm[K.P_TILE])
         agg += (pairs, kv, q[i], q[i] * (cx[i] + q[i]), 1.0)
     return agg
 
 
-def _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod):
+def _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod, q_decode=1):
     """Per-module (compute, communication) seconds of one layer pass, row by row."""
     comp = np.zeros(n_mod)
     comm = np.zeros(n_mod)
@@ -167,7 +168,7 @@ def _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod):
             comm[mod] += ops[r, K.C_FRAC] * t
             continue
         if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
-            agg = _attention_agg_ref(ops, r, q, cx, prm)
+            agg = _attention_agg_ref(ops, r, q, cx, prm, q_decode)
             if agg[2] == 0:
                 continue
         w, byt = _op_work_traffic(ops, r, T, R, prm, agg)
@@ -181,15 +182,18 @@ def _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod):
     return comp, comm
 
 
-def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
-    """One step, computed op by op and module by module through every layer."""
+def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes, q_decode=1):
+    """One step, computed op by op and module by module through every layer. Requests
+    with at most ``q_decode`` new tokens decode (a speculative verify step: one logit row
+    per query token of each of them)."""
     q = np.asarray(new_tokens, dtype=float)
     cx = np.asarray(context_len, dtype=float)
     n = q.shape[0]
     if n == 0:
         return 0.0
-    T, R = q.sum(), float(n)
-    pure_decode = bool(np.all(q <= 1))
+    verify = (q > 1) & (q <= q_decode)
+    T, R = q.sum(), float(np.where(verify, q, 1.0).sum())
+    pure_decode = bool(np.all(q <= q_decode))
     graph = False
     if pure_decode and prm[K.P_GRAPH] > 0:
         fits = graph_sizes[graph_sizes >= T]
@@ -197,7 +201,7 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes):
             graph, T, R = True, float(fits[0]), float(fits[0])
     phase = K.PHASE_DECODE if pure_decode else K.PHASE_PREFILL
     n_mod = mods.shape[0]
-    comp, comm = _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod)
+    comp, comm = _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod, q_decode)
     # Algorithm 1, module by module through every layer
     sections = mods[:, K.M_SECTION]
     order = [j for j in range(n_mod) if sections[j] == K.SECTION_PRE]

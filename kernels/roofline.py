@@ -46,6 +46,7 @@ import numpy as np
 from .primitives import (  # noqa: F401  (re-exported: roofline.attention_request, ...)
     alltoall_time,
     attention_aggregates,
+    attention_aggregates_q,
     attention_request,
     expected_active,
     njit,
@@ -441,13 +442,30 @@ def step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, com
     Scratch arrays ``agg`` (n_ops × N_AGG), ``comp`` and ``comm`` (n_modules) are caller-owned
     so that a scheduler loop allocates nothing per step.
     """
+    return step_costs_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp,
+                        comm, 1.0)
+
+
+@njit(cache=True)
+def step_costs_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp, comm,
+                 q_decode):
+    """:func:`step_costs` where a request with at most ``q_decode`` new tokens decodes.
+
+    With speculative decoding (``q_decode = k + 1``) a decoding request brings its last
+    token and ``k`` draft tokens to be verified: it stays in the decode attention class,
+    every one of its query tokens gets a logit row (the target scores each draft), and a
+    step of decodes only is a CUDA-graph step padded to the capture size >= its tokens.
+    ``q_decode = 1`` is the step without speculation.
+    """
     T = 0.0
+    R = 0.0
     pure_decode = n > 0
     for i in range(n):
-        T += new_tokens[i]
-        if new_tokens[i] > 1:
+        q = new_tokens[i]
+        T += q
+        if q > q_decode:
             pure_decode = False
-    R = float(n)
+        R += q if 1.0 < q <= q_decode else 1.0  # verify rows score every query token
     graph = False
     if pure_decode and prm[P_GRAPH] > 0.0:
         padded = _graph_size(T, graph_sizes)
@@ -459,11 +477,11 @@ def step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, com
     for r in range(ops.shape[0]):
         basis = int(ops[r, C_BASIS])
         if basis == B_ATTN_PREFILL or basis == B_SCORES:
-            attention_aggregates(new_tokens, context_len, n, True, ops[r, C_WINDOW], tile,
-                                 agg[r])
+            attention_aggregates_q(new_tokens, context_len, n, True, ops[r, C_WINDOW], tile,
+                                   agg[r], q_decode)
         elif basis == B_ATTN_DECODE:
-            attention_aggregates(new_tokens, context_len, n, False, ops[r, C_WINDOW], tile,
-                                 agg[r])
+            attention_aggregates_q(new_tokens, context_len, n, False, ops[r, C_WINDOW], tile,
+                                   agg[r], q_decode)
     phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
     module_times(T, R, phase, agg, ops, prm, comp, comm)
     return T, R, graph
@@ -478,10 +496,19 @@ def step_time(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp
     as a CUDA graph when enabled and the padded batch fits a capture size); any request
     with more than one new token makes the step "prefill" phase for its linear layers.
     """
+    return step_time_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp,
+                       comm, 1.0)
+
+
+@njit(cache=True)
+def step_time_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp, comm,
+                q_decode):
+    """:func:`step_time` where requests with at most ``q_decode`` new tokens decode (a
+    speculative-decoding verify step, :func:`step_costs_q`)."""
     if n <= 0:
         return 0.0
-    T, R, graph = step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg,
-                             comp, comm)
+    T, R, graph = step_costs_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg,
+                               comp, comm, q_decode)
     return _finish(comp, comm, mods, prm, graph, T)
 
 

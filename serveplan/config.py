@@ -12,7 +12,7 @@ A simulation file has four top-level keys::
       max_num_seqs: 256    # vLLM engine knobs, vLLM names and defaults
     workload:
       kind: poisson        # poisson | gamma | constant | closed-loop | vllm-bench-serve
-                           # | inference-perf | trace
+                           # | inference-perf | trace | sessions (serveplan.sessions_config)
       rate: 6.0
       num_requests: 2000
       isl: {dist: lognormal, mean: 1024, sigma: 0.6}
@@ -92,6 +92,7 @@ from serveplan.pools_config import (  # noqa: F401  (re-exported)
     to_legacy,
     to_pools,
 )
+from serveplan.sessions_config import SessionsWorkload  # noqa: E402
 
 # ----------------------------------------------------------------------------- lengths
 MAX_SIGMA = 10.0
@@ -317,12 +318,12 @@ class TraceWorkload(_Client):
 
 
 Workload = Annotated[PoissonWorkload | GammaWorkload | ConstantWorkload | ClosedLoopWorkload
-                     | VllmBenchWorkload | InferencePerfWorkload | TraceWorkload,
-                     Field(discriminator="kind")]
+                     | VllmBenchWorkload | InferencePerfWorkload | TraceWorkload
+                     | SessionsWorkload, Field(discriminator="kind")]
 WORKLOAD_KINDS = {"poisson": PoissonWorkload, "gamma": GammaWorkload,
                   "constant": ConstantWorkload, "closed-loop": ClosedLoopWorkload,
                   "vllm-bench-serve": VllmBenchWorkload, "inference-perf": InferencePerfWorkload,
-                  "trace": TraceWorkload}
+                  "trace": TraceWorkload, "sessions": SessionsWorkload}
 
 
 # ----------------------------------------------------------------------------- SLO + run

@@ -48,9 +48,11 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from serveplan.estimator.routing import MoERouting
 from serveplan.kv_offload import KVOffloadConfig, host_memory_problem
+from serveplan.scheduler_knobs_config import SchedulerKnobsConfig
+from serveplan.speculative import SpeculativeConfig
 
 SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
-                        "trtllm-max-utilization"]
+                        "trtllm-max-utilization", "skip-join-mlfq", "h2q-br"]
 EngineName = Literal["vllm", "sglang", "trtllm"]
 RouterName = Literal["round-robin", "least-outstanding-tokens", "least-requests"]
 PrefillRouterName = Literal["least-loaded", "round-robin"]
@@ -193,6 +195,9 @@ class InstanceConfig(EngineConfig):
         None, description="MoE routing skew and expert placement across the ep ranks, e.g. "
         "{kind: zipf, skew: 1.0, redundant_experts: 32} (serveplan.estimator.routing); "
         "default uniform.")
+    scheduler_knobs: SchedulerKnobsConfig | None = Field(
+        None, description="Knobs of the session-aware schedulers skip-join-mlfq and h2q-br "
+        "(docs/sessions.md); default: the paper's values where it gives them.")
     kv_offload: KVOffloadConfig | None = Field(
         None, description="A CPU KV tier per instance, e.g. {cpu_gb: 64} "
         "(serveplan.kv_offload); default none.")
@@ -205,6 +210,10 @@ class InstanceConfig(EngineConfig):
             raise _error(type(self).__name__, ("kv_offload", c.size_field), problem,
                          getattr(c, c.size_field))
         return self
+    speculative: SpeculativeConfig | None = Field(
+        None, description="Speculative decoding (vLLM --speculative-config): method, "
+        "num_speculative_tokens, acceptance, draft_model (serveplan.speculative); "
+        "colocated and decode pools.")
 
 
 INSTANCE_FIELDS = tuple(InstanceConfig.model_fields)

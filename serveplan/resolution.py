@@ -41,12 +41,16 @@ from serveplan.sim.engine import EngineParams
 from serveplan.sim.kvlink import KVLink, rank_kv_bytes_per_token
 from serveplan.sim.pools import Handoff, PoolSpec, Role
 from serveplan.sim.runtime import FrontEnd, StepRuntime
+from serveplan.sim.sessions import SchedulerKnobs
+from serveplan.sim.speculative import SpecDecode
 from serveplan.sim.state import Policy, Router
+from serveplan.speculative import kv_blocks_with_drafter, resolve_speculative
 
 POLICIES = {"vllm-v1": Policy.VLLM_V1, "sglang": Policy.SGLANG,
             "prefill-priority": Policy.PREFILL_PRIORITY,
             "trtllm-no-evict": Policy.TRTLLM_NO_EVICT,
-            "trtllm-max-utilization": Policy.TRTLLM_MAX_UTILIZATION}
+            "trtllm-max-utilization": Policy.TRTLLM_MAX_UTILIZATION,
+            "skip-join-mlfq": Policy.SKIP_JOIN_MLFQ, "h2q-br": Policy.H2Q_BR}
 ROUTERS = {"round-robin": Router.ROUND_ROBIN,
            "least-outstanding-tokens": Router.LEAST_OUTSTANDING_TOKENS,
            "least-requests": Router.LEAST_REQUESTS}
@@ -66,6 +70,7 @@ class ResolvedDeployment:
     memory: dict | None  # the memory plan (None when num_gpu_blocks was given)
     runtime: EngineRuntime | None = None  # the engine's runtime (None: GPU steps alone)
     cpu_tier: CPUTier | None = None  # the CPU KV tier (None: none)
+    speculative: SpecDecode | None = None  # speculative decoding (None: off)
 
     @property
     def scheduler(self) -> str:
@@ -99,6 +104,7 @@ class ResolvedDeployment:
             "max_model_len": p.max_model_len,
             "memory_plan": self.memory,
             **({"kv_offload": self.cpu_tier.describe()} if self.cpu_tier is not None else {}),
+            **({"speculative": self.speculative.describe()} if self.speculative else {}),
         }
 
 
@@ -197,7 +203,9 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     max_num_seqs = _knob(d, "max_num_seqs", rt)
     oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp, dtype=d.dtype,
                         kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
-                        max_num_seqs=max_num_seqs, moe_routing=d.moe_routing)
+                        max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
+                        decode_query_len=1 + (d.speculative.num_speculative_tokens
+                                              if d.speculative else 0))
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]
@@ -213,6 +221,9 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
     num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs,
                                     rt.engine if rt is not None else "vllm", weights_role)
+    spec = resolve_speculative(d.speculative, oracle, d, max_num_seqs)
+    if spec is not None and memory is not None and memory.get("engine") == "vllm":
+        num_blocks = kv_blocks_with_drafter(memory, spec, oracle.model)
     watermark = _knob(d, "watermark", rt, 0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
     params = EngineParams(
         num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=max_num_seqs,
@@ -224,7 +235,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
         num_scheduler_steps=_knob(d, "num_scheduler_steps", rt, 1),
         enable_mixed_chunk=_knob(d, "enable_mixed_chunk", rt, False),
         new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0))
-    return ResolvedDeployment(d, oracle, params, memory, rt, _cpu_tier(d, oracle, block_size))
+    return ResolvedDeployment(d, oracle, params, memory, rt, _cpu_tier(d, oracle, block_size),
+                              spec)
 
 
 def resolve_deployment(deployment: Deployment | PoolsDeployment | dict) -> ResolvedDeployment:
@@ -288,7 +300,7 @@ class ResolvedPool:
             params = replace(params, num_gpu_blocks=max(params.num_gpu_blocks // pp, 1))
             tier = tier.per_engine(pp) if tier is not None else None
         return PoolSpec(params, self.cost, self.config.count * pp, self.role, self.gpu_name,
-                        runtime, tier)
+                        runtime, tier, self.instance.speculative)
 
 
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost) -> ResolvedPool:
@@ -339,6 +351,11 @@ class ResolvedServing:
     def pool_specs(self) -> list[PoolSpec]:
         """The simulator's pools (:class:`serveplan.sim.pools.PoolSpec`), in role order."""
         return [p.spec() for p in self.pools]
+
+    def scheduler_knobs(self) -> SchedulerKnobs:
+        """Knobs of the session-aware schedulers, from the entry pool."""
+        cfg = self.pools[0].config.scheduler_knobs
+        return cfg.knobs() if cfg is not None else SchedulerKnobs()
 
     def front_end(self) -> FrontEnd | None:
         """The API server in front of the entry pool (None without an engine)."""

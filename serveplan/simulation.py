@@ -46,7 +46,8 @@ def _run(resolved: ResolvedServing, requests, record_steps: int = 1 << 16, *,
     entry = resolved.router if pd else (router or resolved.router)
     return run_pools(requests, resolved.pool_specs(), router=entry,
                      handoff=resolved.handoff(router if pd else None),
-                     record_steps=record_steps, frontend=resolved.front_end())
+                     record_steps=record_steps, frontend=resolved.front_end(),
+                     scheduler_knobs=resolved.scheduler_knobs())
 
 
 def make_dataset(cfg: SimulationConfig, resolved: ResolvedServing, result,

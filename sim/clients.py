@@ -57,6 +57,7 @@ import xarray as xr
 
 from . import traces
 from . import workload as W
+from .session_workloads import build_session_requests
 from .state import FINISHED_IGNORED, PREEMPTED
 
 WARMUP_ATTR = "warmup_requests"
@@ -158,6 +159,8 @@ def build_requests(spec, seed: int = 0, *, block_size: int = 16) -> W.Requests:
     """
     if spec.kind == "trace":
         return _trace_requests(spec, seed)
+    if spec.kind == "sessions":
+        return build_session_requests(spec, seed, block_size=block_size)
     if spec.kind not in _ARRIVALS:
         raise TypeError(f"unknown workload kind {spec.kind!r}")
     arrivals = _ARRIVALS[spec.kind](spec)

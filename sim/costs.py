@@ -26,18 +26,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from serveplan.kernels.afd import N_AFD, afd_step_time
-from serveplan.kernels.roofline import step_time
+from serveplan.kernels.roofline import step_time_q
 
 from ._jitcache import sim_jit
 from .afd_cost import AFDStepCost
 from .runtime import N_T
+from .speculative import spec_tables
 from .state import I_NRUN
 
 CostTables = namedtuple("CostTables", ["flags", "off", "ops", "mods", "prm", "graph_sizes",
-                                       "agg", "comp", "comm", "rt", "afd"])
+                                       "agg", "comp", "comm", "rt", "afd", "spec"])
 """Stacked cost models: ``flags[c]`` (kind and coefficients), ``off[c]`` (the row's
 slices of the stacked oracle arrays) and ``rt[c]`` (the runtime terms around the step,
-:class:`~serveplan.sim.runtime.StepRuntime`) per cost row ``c``."""
+:class:`~serveplan.sim.runtime.StepRuntime`) per cost row ``c``; ``afd[c]`` an attention
+pool's ping-pong parameters; ``spec`` the pools' speculative decoding
+(:data:`~serveplan.sim.speculative.SpecTables`)."""
 KIND_ORACLE, KIND_AFFINE, KIND_FITTED, KIND_AFD = 0.0, 1.0, 2.0, 3.0
 N_FLAGS = 6
 
@@ -139,11 +142,13 @@ def _oracle_rows(costs: list, ranges) -> tuple[list, np.ndarray, np.ndarray]:
     return oracles, np.stack(flags), np.stack(afd)
 
 
-def make_cost_tables(costs: list, runtimes: list | None = None,
+def make_cost_tables(costs: list, runtimes: list | None = None, spec=None,
                      ranges: list | None = None) -> CostTables:
     """Stack the cost models ``costs`` (one row each, with its optional
-    :class:`~serveplan.sim.runtime.StepRuntime` in ``runtimes``) into compiled tables.
-    ``ranges[c]`` = ``(lo, hi)``, the instances priced by row ``c`` (AFD rows need them)."""
+    :class:`~serveplan.sim.runtime.StepRuntime` in ``runtimes``) into compiled tables;
+    ``spec``: the speculative-decoding tables (default: none); ``ranges[c]`` = ``(lo, hi)``,
+    the instances priced by row ``c`` (AFD rows need them)."""
+    spec = spec if spec is not None else spec_tables(n_rows=len(costs))
     oracles, flags, afd = _oracle_rows(costs, ranges)
     rt = np.zeros((len(oracles), N_T))
     for c, runtime in enumerate(runtimes or ()):
@@ -166,11 +171,11 @@ def make_cost_tables(costs: list, runtimes: list | None = None,
     if not parts["ops"]:
         z1, z2 = np.zeros(1), np.zeros((1, 1))
         return CostTables(flags, off, z2, z2.copy(), z1, z1.copy(), z2.copy(), z1.copy(),
-                          z1.copy(), rt, afd)
+                          z1.copy(), rt, afd, spec)
     cat = {k: np.ascontiguousarray(np.concatenate(v)) for k, v in parts.items()}
     n_mod = cat["mods"].shape[0]
     return CostTables(flags, off, cat["ops"], cat["mods"], cat["prm"], cat["gs"], cat["agg"],
-                      np.zeros(n_mod), np.zeros(n_mod), rt, afd)
+                      np.zeros(n_mod), np.zeros(n_mod), rt, afd, spec)
 
 
 @sim_jit
@@ -196,6 +201,16 @@ def _afd_seconds(costs, c, inst, i, bn):
 def step_seconds(costs, c, inst, i, bn, tokens):
     """Seconds of instance ``i``'s scheduled batch (``bn`` requests, ``tokens`` new tokens)
     under cost row ``c``."""
+    if costs.flags[c, 0] == KIND_AFD:
+        return _afd_seconds(costs, c, inst, i, bn)
+    return batch_seconds(costs, c, inst.b_new[i], inst.b_ctx[i], bn, tokens, 1.0)
+
+
+@sim_jit
+def batch_seconds(costs, c, new_tokens, context_len, bn, tokens, q_decode):
+    """Seconds of a batch of ``bn`` requests (``new_tokens``, ``context_len``; ``tokens``
+    in all) under cost row ``c``; requests with at most ``q_decode`` new tokens decode
+    (:func:`serveplan.kernels.roofline.step_time_q`)."""
     f = costs.flags[c]
     if f[0] == KIND_FITTED:
         m = bn if bn < f[5] else f[5]
@@ -203,12 +218,11 @@ def step_seconds(costs, c, inst, i, bn, tokens):
         return bn / (tps if tps > f[4] else f[4])
     if f[0] == KIND_AFFINE:
         return f[1] + f[2] * tokens + f[3] * bn
-    if f[0] == KIND_AFD:
-        return _afd_seconds(costs, c, inst, i, bn)
     o = costs.off[c]
-    return step_time(inst.b_new[i], inst.b_ctx[i], bn, costs.ops[o[0]:o[1]],
-                     costs.mods[o[2]:o[3]], costs.prm[o[4]:o[5]], costs.graph_sizes[o[6]:o[7]],
-                     costs.agg[o[0]:o[1]], costs.comp[o[2]:o[3]], costs.comm[o[2]:o[3]])
+    return step_time_q(new_tokens, context_len, bn, costs.ops[o[0]:o[1]],
+                       costs.mods[o[2]:o[3]], costs.prm[o[4]:o[5]],
+                       costs.graph_sizes[o[6]:o[7]], costs.agg[o[0]:o[1]],
+                       costs.comp[o[2]:o[3]], costs.comm[o[2]:o[3]], q_decode)
 
 
 def _prefill_chunks(prompt: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -250,5 +264,5 @@ def decode_rate(cost, prompt_mean: float) -> float:
     return 1.0 / float(cost.decode_time(1, max(prompt_mean, 1.0)))
 
 
-__all__ = ["AffineStepCost", "CostTables", "FittedThroughputCost", "decode_rate",
+__all__ = ["AffineStepCost", "CostTables", "batch_seconds", "FittedThroughputCost", "decode_rate",
            "make_cost_tables", "prefill_seconds", "step_seconds"]

@@ -13,7 +13,9 @@ Requests rejected up front (prompt too long: ``FINISHED_IGNORED``) finish at the
 per-instance state, the request views (``views[0]`` is the request as its entry instance
 sees it -- colocated or prefill --, ``views[1]`` as its decode instance sees it), the knob
 table, the global counters, the clock (the time of a paused decision), the step recorder,
-the cost tables, the handoff state, the decode router's state and the transfers in flight.
+the cost tables, the handoff state, the decode router's state, the transfers in flight, the
+front end and the sessions (:mod:`serveplan.sim.session_state`: a later round of a session
+goes to the instance of the previous one, and is sent after its tool delay).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, 
 from .pools import Role
 from .router import route
 from .runtime import F_ON, push_release
+from .session_state import affine_instance, round_done
 from .state import (
     FINISHED_IGNORED,
     G_CONCURRENCY,
@@ -38,7 +41,7 @@ from .state import (
 )
 
 World = namedtuple("World", ["pool", "inst", "views", "knobs", "glob", "clock", "rec", "costs",
-                             "hs", "rt", "x", "fe"])
+                             "hs", "rt", "x", "fe", "ss"])
 
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = int(Role.COLOCATED), int(Role.PREFILL), int(Role.DECODE)
 
@@ -61,7 +64,7 @@ def _admit_prefill(w, r, now):
         p_reqs.t_sched[r] = now
         p_reqs.status[r] = RUNNING
     else:
-        p = route(w.glob[G_ROUTER], r, w.inst, w.glob)
+        p = _entry_instance(w, r)
         tau = now + est_prefill(hs, w.inst, p, prompt, now)
         p_reqs.inst[r] = p
         p_reqs.status[r] = WAITING
@@ -75,11 +78,18 @@ def _admit_prefill(w, r, now):
 
 
 @sim_jit
+def _entry_instance(w, r):
+    """The previous round's instance for a session's later round, else the router's pick."""
+    i = affine_instance(w.ss, w.views[0], r)
+    return i if i >= 0 else route(w.glob[G_ROUTER], r, w.inst, w.glob)
+
+
+@sim_jit
 def admit(w, r, now):
     """Route arrived request ``r`` to an instance of the entry role."""
     if w.hs.gi[Q_DELAY] == 0 and w.knobs[w.glob[G_ENTRY_LO], K_ROLE] == ROLE_COLOCATED:
         reqs = w.views[0]
-        i = route(w.glob[G_ROUTER], r, w.inst, w.glob)
+        i = _entry_instance(w, r)
         reqs.inst[r] = i
         reqs.status[r] = WAITING
         wq_push_back(w.inst, i, r)
@@ -93,6 +103,7 @@ def _finish_ignored(w, r, now):
     w.views[0].t_finish[r] = now
     w.hs.t_finish[r] = now
     w.glob[G_DONE] += 1
+    round_done(w.ss, r, now)  # a session's later rounds are rejected in turn
 
 
 @sim_jit
@@ -126,6 +137,21 @@ def release_next(w, r, now):
 
 
 @sim_jit
+def release_round(w, k, now):
+    """A session's round ``k`` is sent at ``now`` (its tool delay is over): through the front
+    end it reaches the engine later (a pending release), otherwise it is admitted now."""
+    if w.views[0].status[k] == FINISHED_IGNORED:
+        w.fe.t_sent[k] = now
+        _set_arrival(w, k, now)
+        _finish_ignored(w, k, now)
+    elif w.fe.terms[F_ON] != 0.0:
+        _set_arrival(w, k, push_release(w.fe, k, now, w.views[0].prompt[k]))
+    else:
+        _set_arrival(w, k, now)
+        admit(w, k, now)
+
+
+@sim_jit
 def on_arrival(w, r, now):
     """Arrival event of request ``r``."""
     if w.views[0].status[r] == FINISHED_IGNORED:
@@ -141,6 +167,8 @@ def request_done(w, r, now):
     w.hs.t_finish[r] = now
     w.glob[G_DONE] += 1
     release_next(w, r, now)
+    round_done(w.ss, r, now + w.fe.d_last[r])
 
 
-__all__ = ["World", "admit", "on_arrival", "release_next", "request_done", "stage_of"]
+__all__ = ["World", "admit", "on_arrival", "release_next", "release_round", "request_done",
+           "stage_of"]

@@ -7,7 +7,8 @@ found by comparing a few times, with no heap:
 
 1. the next arrival (requests are sorted by arrival, a pointer walks them; a closed
    loop's later requests are released by their client's previous one instead, at once or,
-   through a front end, from a FIFO of pending releases);
+   through a front end, from a FIFO of pending releases; a session's later rounds are sent
+   after their tool delay, from a heap of pending rounds, :mod:`serveplan.sim.session_state`);
 2. the earliest step end among busy *upstream* instances (colocated, prefill), or the next
    completion of SIBYL's delay stage;
 3. the next cross-role transfer event (:mod:`serveplan.sim.transfer`);
@@ -39,8 +40,9 @@ from .disagg import (
     start_prefill,
 )
 from .handoff import Q_DBASE, Q_DELAY, Q_DPTR, Q_NDELAY
-from .lifecycle import ROLE_DECODE, ROLE_PREFILL, admit, on_arrival
+from .lifecycle import ROLE_DECODE, ROLE_PREFILL, admit, on_arrival, release_round
 from .runtime import next_release_time, pop_release
+from .session_state import pop_session, session_next_time
 from .state import (
     A_BUSY_UNTIL,
     ERR_MAX_STEPS,
@@ -68,12 +70,17 @@ from .transfer import xfer_next_time
 
 @sim_jit_inline
 def _next_arrival(w):
-    """``(time, from_ring)``: the next open arrival or released closed-loop request."""
+    """``(time, source)``: the next open arrival (source 0), released closed-loop request or
+    front-end release (1) or session round sent after its tool delay (2)."""
     t = w.views[0].arrival[w.glob[G_NEXT]] if w.glob[G_NEXT] < w.glob[G_NOPEN] else np.inf
+    src = 0
     t_rel = next_release_time(w.fe)
     if t_rel < t:
-        return t_rel, True
-    return t, False
+        t, src = t_rel, 1
+    t_round = session_next_time(w.ss)
+    if t_round < t:
+        t, src = t_round, 2
+    return t, src
 
 
 @sim_jit_inline
@@ -152,14 +159,17 @@ def _start_idle(w, first, now):
 @sim_jit_inline
 def _handle_next_event(w):
     """Handle the next event; returns its time (NaN: nothing can happen, a stall)."""
-    t_arr, released = _next_arrival(w)
+    t_arr, source = _next_arrival(w)
     k_up, t_up, k_down, t_down = _next_step_ends(w)
     t_x = xfer_next_time(w.x)
     if t_arr == np.inf and t_up == np.inf and t_x == np.inf and t_down == np.inf:
         return np.nan
     if t_arr <= t_up and t_arr <= t_x and t_arr <= t_down:
-        if released:
+        if source == 1:
             admit(w, pop_release(w.fe), t_arr)
+            return t_arr
+        if source == 2:
+            release_round(w, pop_session(w.ss), t_arr)
             return t_arr
         r = w.glob[G_NEXT]
         w.glob[G_NEXT] = r + 1

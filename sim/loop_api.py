@@ -43,6 +43,10 @@ from .pools import ROLE_NAMES, Handoff, Role, loop_role
 from .pyhook import run_with_python_policy
 from .recorder import make_rec
 from .runtime import F_FREE_AT, F_ON, FrontEnd, make_front, to_client_times
+from .session_state import make_sessions
+from .sessions import SchedulerKnobs
+from .specdecode import check_spec_pools
+from .speculative import draft_costs, spec_blocks_needed, spec_knobs, spec_tables
 from .state import (
     ERR_MAX_STEPS,
     ERR_STALL,
@@ -63,8 +67,11 @@ from .state import (
     K_PREFIX,
     K_ROLE,
     K_SLOTS,
+    K_SPEC_LOOKAHEAD,
+    K_SPEC_TOKENS,
     N_GLOB,
     POLICY_PYTHON,
+    Policy,
     make_inst,
     make_reqs,
 )
@@ -78,6 +85,7 @@ ASSIGNMENTS = ("early", "late")
 PREFILL_STAGES = ("engine", "delay")
 ARCHITECTURES = {(Role.COLOCATED,): "colocated", (Role.PREFILL, Role.DECODE): "pd",
                  (Role.PREFILL, Role.ATTENTION): "afd"}
+SESSION_POLICIES = (Policy.SKIP_JOIN_MLFQ, Policy.H2Q_BR)
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +99,7 @@ class RunResult:
     output_requested: np.ndarray  # output_len before clipping to max_model_len
     ignored: np.ndarray
     router: str
+    sessions: object | None = None  # the SessionPlan of a session workload
 
     @property
     def architecture(self) -> str:
@@ -150,6 +159,7 @@ class RunResult:
 
 def _check_roles(pools, handoff: Handoff | None) -> str:
     roles = tuple(p.role for p in pools)
+    check_spec_pools(pools)
     if roles not in ARCHITECTURES:
         names = ", ".join(ROLE_NAMES[r] for r in roles) or "none"
         raise ValueError(f"pools with roles [{names}] are not a deployment serveplan can run: "
@@ -174,6 +184,11 @@ def _check_roles(pools, handoff: Handoff | None) -> str:
                              "prefill pool a cost oracle or an affine step cost")
     elif any(isinstance(p.cost, FittedThroughputCost) for p in pools):
         raise ValueError("the fitted-throughput cost prices decode pools only")
+    for p in pools:
+        if p.role == Role.DECODE and p.params.policy in SESSION_POLICIES:
+            raise ValueError(f"scheduler {p.params.policy.name.lower().replace('_', '-')} "
+                             "orders prefills by session history; give it to the colocated "
+                             "or prefill pool, not the decode pool")
     return arch
 
 
@@ -204,6 +219,9 @@ def _layout(pools, n, prompt, output, ignored, delay, hold) -> _Layout:
         else:
             need = check_capacity(prompt, output, ignored, prm)
             n_slots, cap = prm.max_num_seqs, n + 1
+        if spec.speculative is not None:  # verify and lookahead slots past the last token
+            need = max(need, spec_blocks_needed(spec.speculative, prm, prompt, output,
+                                                ignored))
         m = int(spec.num_instances)
         pool_of += [k] * m
         slots += [n_slots] * m
@@ -218,6 +236,7 @@ def _knob_table(pools, lay: _Layout, policy) -> np.ndarray:
     knobs[:, K_ROLE] = [int(loop_role(pools[k].role)) for k in lay.pool_of]
     knobs[:, K_COST] = lay.pool_of
     knobs[:, K_SLOTS] = lay.slots
+    knobs[:, K_SPEC_TOKENS], knobs[:, K_SPEC_LOOKAHEAD] = spec_knobs(pools, lay.pool_of)
     decode = knobs[:, K_ROLE] == int(Role.DECODE)
     knobs[decode, K_PREFIX] = 0  # decode instances receive KV; they do not share prefixes
     if policy is not None:
@@ -294,12 +313,12 @@ def _router_state(pools, h: Handoff | None, n, prompt, ignored):
                                                     if live_prompt.size else 1.0))
 
 
-def _glob(requests, router_code, lay: _Layout, n, conc, max_steps) -> np.ndarray:
+def _glob(requests, router_code, lay: _Layout, n, conc, max_steps, lay_open) -> np.ndarray:
     glob = np.zeros(N_GLOB, dtype=np.int64)
     glob[G_ROUTER] = router_code
     glob[G_CONCURRENCY] = conc
     glob[G_HASH_BLOCK] = requests.hash_block_size if requests.hash_ids is not None else 0
-    glob[G_NOPEN] = min(conc, n) if conc else n
+    glob[G_NOPEN] = lay_open
     glob[G_MAX_STEPS] = np.iinfo(np.int64).max if max_steps is None else int(max_steps)
     glob[G_ENTRY_LO] = 0  # the first pool's instances (none with the delay stage)
     glob[G_ENTRY_HI] = int((lay.pool_of == 0).sum())
@@ -326,7 +345,8 @@ def _raise_on_error(glob, n, max_steps) -> None:
 
 def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None = None,
               record_steps: int = 1 << 16, max_steps: int | None = None,
-              policy=None, frontend: FrontEnd | None = None) -> RunResult:
+              policy=None, frontend: FrontEnd | None = None,
+              scheduler_knobs: SchedulerKnobs | None = None) -> RunResult:
     """Simulate ``requests`` on a deployment given as role pools (module docstring).
 
     Parameters
@@ -350,6 +370,9 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     frontend : FrontEnd, optional
         The API server's request and token work (:mod:`serveplan.sim.runtime`); results
         then report the client's times.
+    scheduler_knobs : SchedulerKnobs, optional
+        Knobs of the session-aware schedulers (``skip-join-mlfq``, ``h2q-br``); default
+        :class:`~serveplan.sim.sessions.SchedulerKnobs`.
 
     Raises
     ------
@@ -364,7 +387,7 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
         raise ValueError("a Python policy schedules colocated instances only")
     code = _entry_router(router)
     world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps,
-                                 frontend)
+                                 frontend, scheduler_knobs or SchedulerKnobs())
     n = len(requests)
     if not jit_mode.STATE.settled:  # compiled for good: nothing to weigh
         jit_mode.prefer_compiled(python_seconds(w, len(pools)))
@@ -378,7 +401,8 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     capped = (last.status == FINISHED_STOPPED) & (w.output < w.output_req)
     last.status[capped] = FINISHED_LENGTH_CAPPED
     return RunResult(world=world, pools=pools, handoff=h, pool_of=lay.pool_of,
-                     output_requested=w.output_req, ignored=w.ignored, router=str(router))
+                     output_requested=w.output_req, ignored=w.ignored, router=str(router),
+                     sessions=requests.sessions)
 
 
 @dataclass
@@ -391,6 +415,7 @@ class _Workload:
     ignored: np.ndarray
     arrival: np.ndarray
     conc: int
+    n_open: int  # leading requests with arrival times (the rest are released in the run)
 
 
 PYTHON_S_PER_OUTPUT_TOKEN, PYTHON_S_PER_REQUEST = 1.2e-5, 1e-3
@@ -416,16 +441,19 @@ def _workload(requests, pools) -> _Workload:
     arrival = np.array(requests.arrival_s, dtype=np.float64)
     if conc:
         arrival[: min(conc, n)] = 0.0
-    return _Workload(prompt, output_req, output, ignored, arrival, conc)
+    n_open = min(conc, n) if conc else n
+    if requests.sessions is not None:
+        n_open = requests.sessions.num_first
+    return _Workload(prompt, output_req, output, ignored, arrival, conc, n_open)
 
 
 def _front(w: _Workload, frontend: FrontEnd | None):
     """Front-end state; open arrivals (a closed loop's first requests) become the times the
     engine gets them."""
     n = len(w.prompt)
-    fe = make_front(frontend, n, w.conc)
+    fe = make_front(frontend, n, max(w.conc, n - w.n_open))
     if fe.terms[F_ON] != 0.0 and n:
-        n_open = min(w.conc, n) if w.conc else n
+        n_open = w.n_open
         fe.t_sent[:n_open] = w.arrival[:n_open]
         w.arrival[:n_open] = frontend.engine_arrivals(w.arrival[:n_open], w.prompt[:n_open])
         fe.terms[F_FREE_AT] = w.arrival[n_open - 1]
@@ -438,16 +466,26 @@ def _pool_ranges(pool_of: np.ndarray, n_pools: int) -> list[tuple[int, int]]:
             for k in range(n_pools)]
 
 
-def _build_world(requests, pools, h, code, policy, record_steps, max_steps, frontend=None):
+def _cost_tables(pools, lay: _Layout):
+    """The pools' cost rows, then their drafters' (speculative decoding)."""
+    drafts = draft_costs(pools)
+    spec = spec_tables(pools, len(pools) + len(drafts), len(lay.pool_of),
+                       int(lay.slots.max()) if lay.slots.size else 1)
+    return make_cost_tables([p.cost for p in pools] + drafts, [p.runtime for p in pools],
+                            spec, _pool_ranges(lay.pool_of, len(pools)))
+
+
+def _build_world(requests, pools, h, code, policy, record_steps, max_steps, frontend=None,
+                 knobs: SchedulerKnobs | None = None):
     """The run's arrays: ``(world, layout, workload)``."""
     pd = h is not None
     n = len(requests)
     w = _workload(requests, pools)
     fe = _front(w, frontend)
     delay = pd and h.prefill_stage == "delay"
-    if delay and w.conc:
+    if delay and (w.conc or requests.sessions is not None):
         raise ValueError("the delay prefill stage needs an open-loop workload (arrival "
-                         "times), not a closed loop")
+                         "times), not a closed loop or sessions")
     hold = int(256 if h is None or h.prefill_hold is None else h.prefill_hold)
     if hold < 0:
         raise ValueError(f"prefill_hold must be >= 0, got {hold!r}")
@@ -460,12 +498,13 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps, fron
         inst=make_inst(len(lay.pool_of), lay.slots, lay.max_blocks, lay.queue_cap),
         views=_views(requests, n, w.prompt, w.output, w.ignored, w.arrival, pd),
         knobs=_knob_table(pools, lay, policy),
-        glob=_glob(requests, code, lay, n, w.conc, max_steps), clock=np.zeros(1),
+        glob=_glob(requests, code, lay, n, w.conc, max_steps, w.n_open), clock=np.zeros(1),
         rec=make_rec(record_steps), hs=hs,
-        costs=make_cost_tables([p.cost for p in pools], [p.runtime for p in pools],
-                               _pool_ranges(lay.pool_of, len(pools))),
+        costs=_cost_tables(pools, lay),
         rt=_router_state(pools, h, n, w.prompt, w.ignored),
-        x=make_xfer(n if pd else 0, n_p, pools[-1].num_instances if pd else 0), fe=fe)
+        x=make_xfer(n if pd else 0, n_p, pools[-1].num_instances if pd else 0), fe=fe,
+        ss=make_sessions(n, len(lay.pool_of), w.prompt, requests.sessions,
+                         (knobs or SchedulerKnobs()).row(), int(lay.slots.max())))
     return world, lay, w
 
 

@@ -55,6 +55,8 @@ class PoolSpec:
     engine's work per step besides the forward pass
     (:class:`~serveplan.sim.runtime.StepRuntime`; default none). ``cpu_tier`` is each
     instance's CPU KV tier (:class:`~serveplan.sim.cpu_tier.CPUTier`; default none).
+    ``speculative``: the pool's speculative decoding
+    (:class:`~serveplan.sim.speculative.SpecDecode`; default none).
     """
 
     params: object  # serveplan.sim.engine.EngineParams
@@ -64,6 +66,7 @@ class PoolSpec:
     gpu: str = ""
     runtime: object = None  # serveplan.sim.runtime.StepRuntime
     cpu_tier: object = None  # serveplan.sim.cpu_tier.CPUTier
+    speculative: object = None  # serveplan.sim.speculative.SpecDecode (colocated, decode)
 
     def __post_init__(self) -> None:
         if int(self.num_instances) != self.num_instances or self.num_instances < 1:

@@ -59,6 +59,10 @@ class Requests:
         Closed loop only: seconds between the finish of a client's previous request and the
         send of request ``i`` (think time); entries of the first ``concurrency`` requests are
         unused. See :mod:`.clients` for what the compiled loop does with it.
+    sessions : serveplan.sim.sessions.SessionPlan, optional
+        Rows are rounds of stateful sessions: the first ``sessions.num_first`` rows are the
+        sessions' first rounds (arrivals sorted), later rounds follow with NaN arrivals (the
+        simulator sends each after its previous round and tool delay).
 
     Raises
     ------
@@ -81,6 +85,7 @@ class Requests:
     warmup: int = 0
     timeout_s: float | None = None
     client_delay_s: np.ndarray | None = None
+    sessions: object | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -94,7 +99,9 @@ class Requests:
                 raise ValueError(f"{name} has {len(a)} entries but arrival_s has {n}")
             first_bad(name, a, a < 1, "lengths must be >= 1")
         arr = self.arrival_s
-        if self.concurrency is None:
+        if self.sessions is not None:
+            self.sessions.check_arrivals(arr)
+        elif self.concurrency is None:
             first_bad("arrival_s", arr, ~np.isfinite(arr) | (arr < 0),
                        "arrival times must be finite and >= 0 (NaN only with concurrency)")
             if n > 1 and np.any(arr[1:] < arr[:-1]):

@@ -26,6 +26,8 @@ checked); its ``routed_to`` is the decode instance's index within the decode poo
 A run with a CPU KV tier adds its variables (:func:`serveplan.sim.cpu_tier.cpu_tier_vars`):
 ``gpu_hit_tokens`` / ``cpu_hit_tokens`` per request, the tier's capacity, bytes stored and
 loaded, loads and load time per instance.
+A session workload adds the rounds' links and the per-session variables (dim ``session``:
+answer-visible TTFT, makespan, ...; :mod:`serveplan.sim.session_results`).
 
 Percentiles are over completed requests (rejected ones -- prompt too long -- are excluded
 and counted as failed).
@@ -41,6 +43,8 @@ from .handoff import Q_DBASE
 from .loop_api import RunResult
 from .pools import DOWNSTREAM_ROLES
 from .recorder import recorded_steps
+from .session_results import add_session_vars
+from .speculative import spec_instance_vars
 from .state import (
     A_BATCH_TIME,
     A_BUSY_TIME,
@@ -175,6 +179,7 @@ def _instance_vars(res: RunResult) -> dict:
         "prefill_tokens_computed": (dim, acc[:, A_PREFILL_TOKENS]),
         "requests_served": (dim, _requests_served(res)),
         "num_gpu_blocks": (dim, _instance_blocks(res)),
+        **spec_instance_vars(res.pools, res.pool_of, res.costs.spec.stats),
     }
 
 
@@ -229,6 +234,8 @@ def to_dataset(res: RunResult, *, attrs: dict | None = None) -> xr.Dataset:
         "request": np.arange(len(res.reqs.prompt)),
         "instance": np.arange(res.num_instances),
         "role": ("instance", res.roles), "gpu": ("instance", res.gpus)})
+    if res.sessions is not None:
+        ds = add_session_vars(ds, res.sessions)
     ds.attrs.update(_run_attrs(res))
     if attrs:
         ds.attrs.update(attrs)

@@ -40,6 +40,7 @@ from ._jitcache import sim_jit
 from .engine_policies import schedule_decode_burst, schedule_trtllm
 from .kvcache import num_used
 from .sglang_policy import mix_decodes, schedule_sglang
+from .specdecode import has_drafts, lookahead_slots, verify_tokens
 from .state import (
     I_BATCH,
     I_NRUN,
@@ -97,11 +98,15 @@ def schedule_running(pool, inst, reqs, knobs, glob, i, budget, mode):
         if mode != MODE_ALL and is_decode(reqs, r) != (mode == MODE_DECODE):
             idx += 1
             continue
-        num_new = _cap_new_tokens(knobs, i, num_tokens(reqs, r) - reqs.computed[r], budget)
+        spec = has_drafts(reqs, knobs, i, r)  # a verify step (specdecode)
+        want = verify_tokens(reqs, knobs, i, r) if spec else \
+            num_tokens(reqs, r) - reqs.computed[r]
+        num_new = _cap_new_tokens(knobs, i, want, budget)
         if num_new <= 0:
             idx += 1
             continue
-        ok, pre = allocate_or_preempt(pool, inst, reqs, knobs, glob, i, r, num_new)
+        extra = lookahead_slots(reqs, knobs, i, r, num_new) if spec else 0
+        ok, pre = allocate_or_preempt(pool, inst, reqs, knobs, glob, i, r, num_new + extra)
         preempted = preempted or pre
         if not ok:
             break
@@ -118,28 +123,38 @@ def schedule_waiting(pool, inst, reqs, knobs, glob, i, budget, now, chunked, who
     ``whole_prompt``: admit a (chunk of a) prompt only if blocks for all of it are free, as
     SGLang's ``PrefillAdder`` does; vLLM v1 checks the scheduled chunk only.
     """
-    bs = knobs[i, K_BLOCK]
     while inst.ist[i, I_WLEN] > 0 and budget > 0:
-        if inst.ist[i, I_NRUN] >= knobs[i, K_MAX_SEQS]:
+        left = admit_head(pool, inst, reqs, knobs, glob, i, budget, now, chunked, whole_prompt)
+        if left < 0:
             break
-        r = wq_peek(inst, i)
-        if not waiting_visible(inst, reqs, i, r):
-            break  # reached the engine after this step was formed (async scheduling)
-        n_hit = find_cached_blocks(pool, inst, reqs, knobs, glob, i, r)
-        num_new = num_tokens(reqs, r) - n_hit * bs
-        if chunked:
-            num_new = _cap_new_tokens(knobs, i, num_new, budget)
-        elif num_new > budget:
-            break
-        busy = inst.ist[i, I_BATCH] > 0 or num_used(pool, i) > 0
-        watermark = knobs[i, K_WATERMARK] if busy else 0
-        reserve = num_tokens(reqs, r) if whole_prompt else 0
-        if not allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark,
-                                reserve):
-            break
-        admit_request(inst, reqs, knobs, i, r, n_hit, num_new, now)
-        budget -= num_new
+        budget = left
     return budget
+
+
+@sim_jit
+def admit_head(pool, inst, reqs, knobs, glob, i, budget, now, chunked, whole_prompt):
+    """Admit the head of the waiting queue with ``budget`` tokens left (one turn of
+    :func:`schedule_waiting`); returns the budget left, or -1 if the head cannot be
+    admitted (admission stops)."""
+    if inst.ist[i, I_NRUN] >= knobs[i, K_MAX_SEQS]:
+        return -1
+    r = wq_peek(inst, i)
+    if not waiting_visible(inst, reqs, i, r):
+        return -1  # reached the engine after this step was formed (async scheduling)
+    n_hit = find_cached_blocks(pool, inst, reqs, knobs, glob, i, r)
+    num_new = num_tokens(reqs, r) - n_hit * knobs[i, K_BLOCK]
+    if chunked:
+        num_new = _cap_new_tokens(knobs, i, num_new, budget)
+    elif num_new > budget:
+        return -1
+    busy = inst.ist[i, I_BATCH] > 0 or num_used(pool, i) > 0
+    watermark = knobs[i, K_WATERMARK] if busy else 0
+    reserve = num_tokens(reqs, r) if whole_prompt else 0
+    if not allocate_waiting(pool, inst, reqs, knobs, glob, i, r, n_hit, num_new, watermark,
+                            reserve):
+        return -1
+    admit_request(inst, reqs, knobs, i, r, n_hit, num_new, now)
+    return budget - num_new
 
 
 @sim_jit

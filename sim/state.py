@@ -86,6 +86,8 @@ class Policy(IntEnum):
     # 3 is POLICY_PYTHON (a research policy filled in Python)
     TRTLLM_NO_EVICT = 4  # TensorRT-LLM capacity scheduler GUARANTEED_NO_EVICT
     TRTLLM_MAX_UTILIZATION = 5  # TensorRT-LLM capacity scheduler MAX_UTILIZATION
+    SKIP_JOIN_MLFQ = 6  # FastServe's skip-join MLFQ order, then vLLM v1's rules
+    H2Q_BR = 7  # Frontier's history-aware two-queue order with bounded release, then vLLM v1
 
 
 class Router(IntEnum):
@@ -101,6 +103,8 @@ POLICY_SGLANG = int(Policy.SGLANG)
 POLICY_PREFILL_PRIORITY = int(Policy.PREFILL_PRIORITY)
 POLICY_TRTLLM_NO_EVICT = int(Policy.TRTLLM_NO_EVICT)
 POLICY_TRTLLM_MAX_UTILIZATION = int(Policy.TRTLLM_MAX_UTILIZATION)
+POLICY_SKIP_JOIN_MLFQ = int(Policy.SKIP_JOIN_MLFQ)
+POLICY_H2Q_BR = int(Policy.H2Q_BR)
 
 POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyhook)
 
@@ -112,10 +116,12 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 # and TRT-LLM's overlap schedulers); K_MULTI_STEP: decode steps per scheduling (vLLM <= 0.6
 # ``num_scheduler_steps``); K_MIXED_CHUNK: SGLang ``--enable-mixed-chunk``;
 # K_NEW_TOKEN_RATIO: SGLang's initial ``new_token_ratio`` in thousandths.
+# K_SPEC_TOKENS: speculative decoding's num_speculative_tokens (0: off); K_SPEC_LOOKAHEAD:
+# KV slots reserved past a verify step for the drafter (vLLM's num_lookahead_tokens).
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
  K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS, K_ASYNC, K_MULTI_STEP,
- K_MIXED_CHUNK, K_NEW_TOKEN_RATIO) = range(17)
-N_KNOBS = 17
+ K_MIXED_CHUNK, K_NEW_TOKEN_RATIO, K_SPEC_TOKENS, K_SPEC_LOOKAHEAD) = range(19)
+N_KNOBS = 19
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
 # whose Python policy must fill the next batch (0: not paused). G_STOP_DONE > 0: the loop

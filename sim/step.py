@@ -1,7 +1,8 @@
 """An engine step, the same for every role (compiled).
 
 A step is schedule -> batch arrays -> cost -> update, as in vLLM: the instance's policy
-fills the batch (:func:`serveplan.sim.scheduler.schedule`), :func:`launch` prices it with
+fills the batch (:func:`serveplan.sim.scheduler.schedule`, or a session-aware ranking of
+:mod:`serveplan.sim.session_policies` before the same rules), :func:`launch` prices it with
 the instance's cost row (:func:`serveplan.sim.costs.step_seconds`), marks the instance busy
 until its end and records it, and at the end :func:`complete_step` lets every request whose
 computed tokens caught up with its tokens emit one output token (the step that completes a
@@ -11,6 +12,11 @@ finishes when it has emitted ``output_len`` tokens; its blocks return to the poo
 cached). On a colocated instance that is the end of the request
 (:func:`serveplan.sim.lifecycle.request_done`); a decode instance's handler adds the
 router's bookkeeping first (:mod:`serveplan.sim.disagg`).
+
+On an instance that speculates (knob ``K_SPEC_TOKENS``), a decode's batch entry carries its
+last token and the drafts to verify: :func:`launch` prices the verify step and the drafter
+and :func:`complete_step` lets it emit its accepted drafts plus one
+(:mod:`serveplan.sim.specdecode`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from .kvcache import num_used, take_pending_load
 from .lifecycle import ROLE_COLOCATED, request_done, stage_of
 from .recorder import record_step
 from .runtime import output_delay, step_runtime
-from .scheduler import schedule
+from .session_policies import schedule_any
+from .session_state import cache_for_next_round
+from .specdecode import settle_verify, spec_step_seconds
 from .state import (
     A_BATCH_TIME,
     A_BUSY_TIME,
@@ -44,6 +52,7 @@ from .state import (
     K_ASYNC,
     K_COST,
     K_ROLE,
+    K_SPEC_TOKENS,
     PREEMPTED,
     free_request,
     num_tokens,
@@ -56,17 +65,21 @@ def launch(w, i, now):
     inst, reqs = w.inst, w.views[stage_of(w.knobs[i, K_ROLE])]
     bn = inst.ist[i, I_BATCH]
     passes = burst_steps(inst, reqs, w.knobs, i)  # > 1: a multi-step decode burst
+    spec = w.knobs[i, K_SPEC_TOKENS] > 0  # decodes verify drafts (specdecode)
     tokens = 0
     decode_tokens = 0
     for j in range(bn):
         r = inst.b_req[i, j]
         k = inst.b_new[i, j] if passes == 1 else reqs.computed[r] - inst.b_ctx[i, j]
         tokens += k
-        if inst.b_new[i, j] == 1 and reqs.n_out[r] > 0 and \
+        if (inst.b_new[i, j] == 1 or spec) and reqs.n_out[r] > 0 and \
                 inst.b_ctx[i, j] == num_tokens(reqs, r) - 1:
             decode_tokens += k
     c = w.knobs[i, K_COST]
-    gpu = passes * step_seconds(w.costs, c, inst, i, bn, tokens if passes == 1 else bn)
+    if spec:
+        gpu = spec_step_seconds(w.costs, inst, reqs, w.knobs, i, bn, tokens)
+    else:
+        gpu = passes * step_seconds(w.costs, c, inst, i, bn, tokens if passes == 1 else bn)
     gpu += take_pending_load(w.pool, i)  # CPU-tier loads of the requests it admitted
     dt = step_runtime(w.costs.rt[c], gpu, bn, tokens, w.knobs[i, K_ASYNC] != 0)
     used = num_used(w.pool, i)
@@ -97,10 +110,10 @@ def schedule_step(w, i, now):
     reqs = w.views[stage_of(w.knobs[i, K_ROLE])]
     if w.knobs[i, K_ASYNC] != 0 and inst.acc[i, A_BUSY_UNTIL] == now:
         inst.acc[i, A_CUTOFF] = inst.acc[i, A_LAST_START]
-    bn = schedule(w.pool, inst, reqs, w.knobs, w.glob, i, now)
+    bn = schedule_any(w, reqs, i, now)
     if bn == 0 and inst.acc[i, A_CUTOFF] < now:
         inst.acc[i, A_CUTOFF] = np.inf
-        bn = schedule(w.pool, inst, reqs, w.knobs, w.glob, i, now)
+        bn = schedule_any(w, reqs, i, now)
     inst.acc[i, A_CUTOFF] = np.inf
     return bn
 
@@ -138,7 +151,9 @@ def complete_step(w, i, now):
     delay = output_delay(w.fe, bn)
     for j in range(bn):
         r = inst.b_req[i, j]
-        k = tokens_emitted(reqs, r)  # 0: a prefill chunk; > 1: a multi-step burst
+        if w.knobs[i, K_SPEC_TOKENS] > 0:
+            settle_verify(w.pool, inst, reqs, w.knobs, w.costs.spec, i, j, r)
+        k = tokens_emitted(reqs, r)  # 0: a prefill chunk; > 1: a multi-step burst or verify
         if k == 0:
             continue
         reqs.n_out[r] += k
@@ -156,6 +171,8 @@ def complete_step(w, i, now):
             reqs.status[r] = FINISHED_STOPPED
             reqs.t_finish[r] = now
             w.fe.d_last[r] = delay
+            if role == ROLE_COLOCATED:
+                cache_for_next_round(w.pool, inst, reqs, w.knobs, w.glob, w.ss, i, r)
             free_request(w.pool, inst, reqs, i, r)
             if role == ROLE_COLOCATED:
                 request_done(w, r, now)

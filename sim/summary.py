@@ -3,7 +3,9 @@
 One summary for every architecture: the headline metrics over completed requests; where
 the deployment has more than one role, the same load figures per role; for a
 disaggregated run also P99.9 latencies, transfer and decode-queueing statistics and the
-decode router's optimal-assignment ratios.
+decode router's optimal-assignment ratios; for a session workload the session figures
+(answer-visible TTFT, makespan, hidden planning throughput, history hits:
+:func:`serveplan.sim.session_results.session_summary`).
 
 Requests that failed (rejected at arrival because the prompt is ``max_model_len`` tokens or
 longer, or timed out by the client) are counted in ``failed`` with the reasons in
@@ -20,6 +22,8 @@ import xarray as xr
 
 from .clients import TIMEOUT_ATTR, client_outcome
 from .cpu_tier import cpu_tier_summary
+from .session_results import session_summary
+from .speculative import spec_summary
 from .state import FINISHED_IGNORED
 
 PERCENTILES = (50, 90, 99)
@@ -77,6 +81,7 @@ def _headline(ds: xr.Dataset, done: np.ndarray) -> dict:
     s["max_kv_usage"] = float(ds["kv_usage"].values.max()) if ds.sizes.get("step") else 0.0
     s["mean_batch_size"] = _busy_weighted(ds, "mean_batch_size", every)
     s["total_steps"] = int(ds.attrs.get("total_steps", 0))
+    s.update(spec_summary(ds))
     return s
 
 
@@ -136,6 +141,7 @@ def summarize(ds: xr.Dataset, slo: dict | None = None) -> dict:
         _per_role(ds, s, ("prefill", down))
     elif "role" in ds.coords and len(set(ds["role"].values)) > 1:
         _per_role(ds, s, dict.fromkeys(ds["role"].values))
+    s.update(session_summary(ds))
     return s
 
 

@@ -129,22 +129,11 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
-                      concurrency=None, isl=None, osl=None, seed=None, scheduler=None,
-                      router=None, num_instances=None, num_gpu_blocks=None, max_num_seqs=None,
-                      max_num_batched_tokens=None, kv_offload_gb=None,
-                      sets: dict | None = None, source: Path | None = None) -> dict:
-    """Apply CLI overrides to the file's mapping (file < flags < ``--set``).
+def _workload_overrides(workload: dict, trace, sessions, num_sessions, concurrency) -> dict:
+    """``--trace``, ``--sessions``, ``--num-sessions`` and ``--concurrency`` on the file's
+    workload mapping (:func:`resolve_overrides`)."""
+    from serveplan.config import switch_workload_kind
 
-    ``--trace`` turns the workload into a trace workload and ``--concurrency`` into a
-    closed loop, keeping the fields the new kind accepts (e.g. ``num_requests``). A
-    ``deployment`` or ``workload`` that is not a mapping is refused naming the field (and
-    the file ``source`` and its line).
-    """
-    from serveplan.config import set_path, switch_workload_kind
-
-    check_sections(data, source)
-    workload = dict(data.get("workload") or {})
     if trace is not None:
         check_text_file(trace, "a trace (Mooncake .jsonl, Azure or Vidur CSV)", field="--trace")
         was_trace = workload.get("kind") == "trace"
@@ -152,10 +141,43 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
         workload["path"] = str(trace)
         if not was_trace:  # a synthetic rate is not a replay rate: replay the timestamps
             workload.pop("rate", None)
+    if sessions is not None:
+        check_text_file(sessions, "a session trace (JSON Lines)", field="--sessions")
+        was_sessions = workload.get("kind") == "sessions"
+        workload = switch_workload_kind(workload, "sessions")
+        workload.pop("generator", None)
+        workload["path"] = str(sessions)
+        if not was_sessions:  # a request rate is not a session rate: keep the file's arrivals
+            workload.pop("rate", None)
+    if num_sessions is not None:
+        workload["num_sessions"] = num_sessions
     if concurrency is not None:
         workload = switch_workload_kind(workload, "closed-loop")
         workload["concurrency"] = concurrency
-    for key, value in (("rate", rate), ("num_requests", requests), ("time_scale", time_scale),
+    return workload
+
+
+def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
+                      concurrency=None, isl=None, osl=None, seed=None, scheduler=None,
+                      router=None, num_instances=None, num_gpu_blocks=None, max_num_seqs=None,
+                      max_num_batched_tokens=None, kv_offload_gb=None,
+                      sets: dict | None = None, source: Path | None = None, sessions=None,
+                      num_sessions=None) -> dict:
+    """Apply CLI overrides to the file's mapping (file < flags < ``--set``).
+
+    ``--trace`` turns the workload into a trace workload, ``--sessions`` into a session
+    trace and ``--concurrency`` into a closed loop, keeping the fields the new kind accepts
+    (e.g. ``num_requests``). A
+    ``deployment`` or ``workload`` that is not a mapping is refused naming the field (and
+    the file ``source`` and its line).
+    """
+    from serveplan.config import set_path
+
+    check_sections(data, source)
+    workload = _workload_overrides(dict(data.get("workload") or {}), trace, sessions,
+                                   num_sessions, concurrency)
+    n_key = "num_sessions" if workload.get("kind") == "sessions" else "num_requests"
+    for key, value in (("rate", rate), (n_key, requests), ("time_scale", time_scale),
                        ("isl", isl), ("osl", osl)):
         if value is not None:
             workload[key] = value
@@ -263,7 +285,7 @@ def print_summary(summary: dict, resolved: dict, console: Console, *, pd: bool =
     for key in layout["head"]:
         if key in summary:
             head.add_row(key, fmt(summary[key]))
-    for key in sorted(k for k in summary if k.startswith("slo_")):
+    for key in sorted(k for k in summary if k.startswith(("slo_", "spec_"))):
         head.add_row(key, fmt(summary[key]))
     console.print(head)
     lat = Table(title="latency (ms)")
@@ -272,4 +294,32 @@ def print_summary(summary: dict, resolved: dict, console: Console, *, pd: bool =
         lat.add_column(stat.replace("_", "."), justify="right")
     for name, label in layout["latency"]:
         lat.add_row(label, *(fmt(summary.get(f"{stat}_{name}_ms")) for stat in layout["stats"]))
+    console.print(lat)
+    if "sessions" in summary:
+        print_sessions(summary, console)
+
+
+_SESSION_STATS = ("mean", "median", "p90", "p95", "p99")
+_SESSION_LATENCY = (("answer_ttft", "answer-visible TTFT"), ("session_makespan", "makespan"),
+                    ("followup_ttft", "TTFT of later rounds"))
+_SESSION_HEAD = ("sessions", "sessions_completed", "hidden_planning_throughput",
+                 "followup_history_tokens", "followup_prefix_hit_tokens",
+                 "followup_history_hit_rate")
+
+
+def print_sessions(summary: dict, console: Console) -> None:
+    """The session tables of a session workload (docs/sessions.md)."""
+    head = Table(title="sessions", show_header=False)
+    head.add_column("metric")
+    head.add_column("value", justify="right")
+    for key in _SESSION_HEAD:
+        label = f"{key} (tokens/s)" if key == "hidden_planning_throughput" else key
+        head.add_row(label, fmt(summary.get(key)))
+    console.print(head)
+    lat = Table(title="session latency (ms)")
+    lat.add_column("metric")
+    for stat in _SESSION_STATS:
+        lat.add_column(stat, justify="right")
+    for name, label in _SESSION_LATENCY:
+        lat.add_row(label, *(fmt(summary.get(f"{stat}_{name}_ms")) for stat in _SESSION_STATS))
     console.print(lat)
