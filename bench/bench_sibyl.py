@@ -41,7 +41,7 @@ def main() -> None:
     out = np.empty(n)
 
     def decide(tau):
-        projected_loads(0.0, tau, 35.0, tab, inv, 1 / 128, act_count, act_lin, act_len,
+        projected_loads(0.0, tau, 35.0, tab, inv, 128.0, act_count, act_lin, act_len,
                         act_rate, pend_count, pend_lin, pend_start, 0, out)
         return argmin_load(out, eligible)
 

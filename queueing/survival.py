@@ -28,6 +28,7 @@ __all__ = [
     "CalibrationError",
     "KaplanMeier",
     "OnlineSurvival",
+    "bucket_prior",
     "calibration_error",
     "empirical_survival",
     "kaplan_meier",
@@ -75,15 +76,11 @@ class KaplanMeier:
         return g, np.asarray(self(g))
 
     def bucket_prior(self, delta: float, n_buckets: int) -> np.ndarray:
-        """Survival at SIBYL's bucket boundaries ``(i+1)*delta`` for seeding :class:`OnlineSurvival`.
-
-        Evaluates :math:`P(L \\ge l)` (SIBYL's indicator convention, Eq. 4) as the left
-        limit :math:`\\hat S(l^-)`.
-        """
+        """:math:`\\hat S` at SIBYL's bucket boundaries ``(i+1)*delta``, to seed
+        :class:`OnlineSurvival`: the step function's value there, :math:`P(L > l)` (the
+        online estimator's convention, :mod:`serveplan.kernels.survival`)."""
         bounds = np.arange(1, n_buckets + 1, dtype=np.float64) * delta
-        idx = np.searchsorted(self.times, bounds, side="left")
-        vals = np.concatenate(([1.0], self.survival))
-        return vals[idx]
+        return np.asarray(self(bounds), dtype=np.float64)
 
 
 def kaplan_meier(durations: ArrayLike, observed: ArrayLike | None = None) -> KaplanMeier:
@@ -138,6 +135,17 @@ def kaplan_meier(durations: ArrayLike, observed: ArrayLike | None = None) -> Kap
     d_i = events_all[keep]
     surv = np.cumprod(1.0 - d_i / n_i)
     return KaplanMeier(times=times, survival=surv, n_at_risk=n_i, n_events=d_i)
+
+
+def bucket_prior(lengths: ArrayLike, delta: float, n_buckets: int) -> np.ndarray:
+    """Kaplan-Meier estimate of a sample of output ``lengths`` (all observed) at the bucket
+    boundaries ``(i+1)*delta``: the warm start of SIBYL's online estimator.
+
+    Without censoring this is the empirical survival :math:`\\#\\{L_j > (i+1)\\Delta\\}/n`.
+    """
+    if not (np.isfinite(delta) and delta > 0):
+        raise ValueError(f"delta must be finite and > 0, got {delta!r}")
+    return kaplan_meier(lengths).bucket_prior(delta, int(n_buckets))
 
 
 def _event_flags(observed: ArrayLike | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -202,7 +210,7 @@ class OnlineSurvival:
     ----------
     surv : ndarray of float64, shape (n_buckets,)
         The whole state: ``surv[i]`` is :math:`\\hat S((i+1)\\Delta)`, the EMA estimate of
-        :math:`P(L \\ge (i+1)\\Delta)` at bucket boundary :math:`(i+1)\\Delta`. The value at
+        :math:`P(L > (i+1)\\Delta)` at bucket boundary :math:`(i+1)\\Delta`. The value at
         length 0 is implicit, :math:`\\hat S(0) = 1`. Non-increasing in ``i`` as long as
         the initial values are (every update adds a non-increasing indicator).
     delta : float
@@ -217,21 +225,24 @@ class OnlineSurvival:
     Update on each completion with final length :math:`L_{final}` (SIBYL Eq. 4):
 
     .. math:: \\hat S(l) \\leftarrow \\alpha \\hat S(l) + (1 - \\alpha)\\,
-              \\mathbb{I}_{L_{final} \\ge l}, \\qquad l \\in \\{\\Delta, 2\\Delta, \\dots\\}.
+              \\mathbb{I}_{L_{final} > l}, \\qquad l \\in \\{\\Delta, 2\\Delta, \\dots\\}.
 
     The update is applied to *every* bucket. The paper's prose says "for all relevant buckets
     (:math:`l \\le L_{final}`)", but on those buckets the indicator is identically 1, so
     restricting the update to them would drive :math:`\\hat S` to 1 everywhere; the decay of
-    buckets above :math:`L_{final}` is what makes Eq. (4) an estimator of
-    :math:`P(L \\ge l)`. The paper defines :math:`S(x) = P(L > x)` (Eq. 3) while Eq. 4
-    estimates :math:`P(L \\ge l)`; the two differ by the mass at exactly :math:`l` (nil for
-    continuous lengths, :math:`P(L = l)` for integer token counts).
+    buckets above :math:`L_{final}` is what makes Eq. (4) an estimator. The indicator is
+    taken strict, :math:`\\mathbb{I}_{L_{final} > l}`, so the state estimates
+    :math:`S(l) = P(L > l)` as Eq. 3 and Kaplan-Meier define it (the paper's Eq. 4 writes
+    :math:`\\ge`; the two differ by the mass exactly at :math:`l`, e.g. the requests stopped
+    at an output cap that is a multiple of :math:`\\Delta`).
 
-    Between boundaries :math:`\\hat S` is interpolated linearly (the paper does not say how it
-    reads off-grid values); beyond :math:`n\\Delta` it is held at ``surv[-1]``. The initial
-    state is a prior; the default (all ones) makes every active request certain to survive
-    (SIBYL's PROB@1 variant, Appendix J) until completions have been seen. A Kaplan-Meier
-    prior is available through :meth:`KaplanMeier.bucket_prior`.
+    Off the boundaries :math:`\\hat S` is a right-continuous step function, as a Kaplan-Meier
+    estimate: the value of the boundary at or below the length (1 below :math:`\\Delta`), held
+    at ``surv[-1]`` beyond :math:`n\\Delta` (:mod:`serveplan.kernels.survival`, the one lookup
+    SIBYL's router uses too). The initial state is a prior; the default (all ones) makes
+    every active request certain to survive (SIBYL's PROB@1 variant, Appendix J) until
+    completions have been seen; :func:`bucket_prior` (the Kaplan-Meier estimate of a sample)
+    is the warm start.
 
     Conditional survival (SIBYL Eq. 3, 6): for a request at generated length :math:`l_{now}`
     projected to :math:`l_\\tau = l_{now} + v_k (\\tau - t_{now})`,
@@ -312,7 +323,7 @@ class OnlineSurvival:
         _k.ema_survival_update_many(self.surv, self.delta, self.alpha, f)
 
     def survival(self, lengths: ArrayLike) -> np.ndarray:
-        """:math:`\\hat S` at ``lengths`` (1-D), linearly interpolated between boundaries."""
+        """:math:`\\hat S` at ``lengths`` (1-D): the step function of the boundaries."""
         x = _f64_1d("lengths", lengths)
         out = np.empty_like(x)
         _k.survival_at(self.surv, self.delta, x, out)

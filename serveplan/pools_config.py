@@ -58,7 +58,7 @@ RouterName = Literal["round-robin", "least-outstanding-tokens", "least-requests"
 PrefillRouterName = Literal["least-loaded", "round-robin"]
 DecodeRouterName = Literal["round-robin", "least-loaded", "least-requests", "sibyl", "sibyl-p1",
                            "sibyl-no-type1", "sibyl-no-type2", "sibyl-no-type3",
-                           "sibyl-reqlevel"]
+                           "sibyl-reqlevel", "sibyl-alg1"]
 DECODE_ROUTER_ALIASES = {"rr": "round-robin", "ils": "least-loaded", "ils-tokens": "least-loaded",
                          "ils-requests": "least-requests"}
 DecodeRouter = Annotated[DecodeRouterName, BeforeValidator(
@@ -279,6 +279,14 @@ class SibylConfig(_Frozen):
                                    "default: the decode pool's max_model_len.")
     pending_capacity: Requests | None = Field(None, ge=1, description="Pending slots per decode "
                                          "instance (default max(256, 8 n / n_decode)).")
+    prior_samples: Requests = Field(0, ge=0, description="Output lengths drawn from the "
+                                    "workload's own output-length law (another seed) whose "
+                                    "Kaplan-Meier estimate starts the survival estimator; 0: "
+                                    "it starts at 1 (every request survives until completions "
+                                    "are seen).")
+    tie_break: Literal["rotation", "lowest", "random"] = Field(
+        "rotation", description="Among equally loaded decode instances: the next in turn "
+        "(rotation), the lowest index, or a random one (every decode router).")
 
 
 class _Boundary(_Frozen):

@@ -362,9 +362,10 @@ class ResolvedServing:
         rt = self.pools[0].instance.runtime
         return rt.front_end() if rt is not None else None
 
-    def handoff(self, router: str | None = None) -> Handoff | None:
+    def handoff(self, router: str | None = None, prior=None) -> Handoff | None:
         """How requests cross from prefill to decode (None when colocated); ``router``
-        overrides the decode router."""
+        overrides the decode router; ``prior`` is a sample of output lengths that starts
+        SIBYL's survival estimator."""
         if not self.disaggregated:
             return None
         d = self.deployment
@@ -373,7 +374,8 @@ class ResolvedServing:
                        layerwise=d.layerwise_transfer, link=self.link,
                        prefill_stage=d.prefill_stage, sibyl_delta=s.delta, sibyl_alpha=s.alpha,
                        sibyl_max_length=s.max_length, pending_capacity=s.pending_capacity,
-                       prefill_hold=d.prefill_hold)
+                       prefill_hold=d.prefill_hold, sibyl_prior=prior,
+                       tie_break=s.tie_break)
 
     def describe(self) -> dict:
         """The resolved values as a JSON-able dict (a Dataset's ``resolved`` attribute)."""

@@ -29,23 +29,35 @@ from serveplan.resolution import (
     resolve,
     resolve_deployment,
 )
-from serveplan.sim.clients import build_requests, client_attrs, length_dist
+from serveplan.sim.clients import build_requests, client_attrs, length_dist, prior_outputs
 from serveplan.sim.loop_api import run_pools
 from serveplan.sim.results import summarize, to_dataset
 
-
 # ----------------------------------------------------------------------------- running
+PRIOR_SEED_OFFSET = 7919
+"""SIBYL's prior sample of output lengths is drawn with ``seed + PRIOR_SEED_OFFSET``."""
+
+
+def sibyl_prior(workload, resolved: ResolvedServing, seed: int):
+    """The output lengths that start SIBYL's survival estimator (None: no prior)."""
+    if resolved.architecture != "pd" or not resolved.deployment.sibyl.prior_samples:
+        return None
+    return prior_outputs(workload, resolved.deployment.sibyl.prior_samples,
+                         seed + PRIOR_SEED_OFFSET)
+
+
 def _run(resolved: ResolvedServing, requests, record_steps: int = 1 << 16, *,
-         router: str | None = None):
+         router: str | None = None, prior=None):
     """Run ``requests`` on a resolved deployment: the one call into the simulator.
 
     ``router`` overrides the router a comparison varies: the decode router of a
-    prefill/decode deployment, the entry router of a colocated one.
+    prefill/decode deployment, the entry router of a colocated one; ``prior`` is SIBYL's
+    prior sample of output lengths (:func:`sibyl_prior`).
     """
     pd = resolved.architecture == "pd"
     entry = resolved.router if pd else (router or resolved.router)
     return run_pools(requests, resolved.pool_specs(), router=entry,
-                     handoff=resolved.handoff(router if pd else None),
+                     handoff=resolved.handoff(router if pd else None, prior),
                      record_steps=record_steps, frontend=resolved.front_end(),
                      scheduler_knobs=resolved.scheduler_knobs())
 
@@ -68,10 +80,11 @@ def make_dataset(cfg: SimulationConfig, resolved: ResolvedServing, result,
 
 
 def run_resolved(resolved: ResolvedServing, requests, *, router: str | None = None,
-                 record_steps: int = 1 << 16):
+                 record_steps: int = 1 << 16, prior=None):
     """Run ``requests`` on a resolved deployment (``router`` overrides the decode router of
-    a prefill/decode deployment, the router of a colocated one); the simulator's result."""
-    return _run(resolved, requests, record_steps, router=router)
+    a prefill/decode deployment, the router of a colocated one; ``prior``: SIBYL's prior
+    sample of output lengths); the simulator's result."""
+    return _run(resolved, requests, record_steps, router=router, prior=prior)
 
 
 def run_config(cfg: SimulationConfig) -> xr.Dataset:
@@ -79,7 +92,8 @@ def run_config(cfg: SimulationConfig) -> xr.Dataset:
     form): resolve, draw the requests, run, build the Dataset."""
     resolved = resolve(cfg.deployment)
     requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
-    result = _run(resolved, requests, cfg.record_steps)
+    result = _run(resolved, requests, cfg.record_steps,
+                  prior=sibyl_prior(cfg.workload, resolved, cfg.seed))
     return make_dataset(cfg, resolved, result, requests)
 
 

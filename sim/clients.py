@@ -122,6 +122,17 @@ def _draws(w, m: int, seed: int) -> tuple:
     return prompt, output
 
 
+def prior_outputs(spec, n: int, seed: int) -> np.ndarray:
+    """``n`` output lengths from the workload's output-length law with ``seed`` (a trace:
+    ``n`` of its output lengths, resampled): a router's prior knowledge of the length law,
+    not of the run's requests."""
+    if spec.kind == "trace":
+        out = np.asarray(_trace_requests(spec, seed).output_len)
+        return out[np.random.default_rng(seed).integers(0, out.size, n)]
+    output = _draws(spec, n, seed)[1]
+    return np.asarray(output if isinstance(output, np.ndarray) else output.sample(n, seed))
+
+
 # ----------------------------------------------------------------------------- arrivals
 def _vllm_bench(w):
     if w.max_concurrency is None:

@@ -25,7 +25,7 @@ from collections import namedtuple
 from ._jitcache import sim_jit, sim_jit_inline
 from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, est_prefill
 from .pools import Role
-from .router import route
+from .router import route_with_state
 from .runtime import F_ON, push_release
 from .session_state import affine_instance, round_done
 from .state import (
@@ -64,7 +64,7 @@ def _admit_prefill(w, r, now):
         p_reqs.t_sched[r] = now
         p_reqs.status[r] = RUNNING
     else:
-        p = _entry_instance(w, r)
+        p = _entry_instance(w, r, now)
         tau = now + est_prefill(hs, w.inst, p, prompt, now)
         p_reqs.inst[r] = p
         p_reqs.status[r] = WAITING
@@ -78,10 +78,11 @@ def _admit_prefill(w, r, now):
 
 
 @sim_jit
-def _entry_instance(w, r):
+def _entry_instance(w, r, now):
     """The previous round's instance for a session's later round, else the router's pick."""
     i = affine_instance(w.ss, w.views[0], r)
-    return i if i >= 0 else route(w.glob[G_ROUTER], r, w.inst, w.glob)
+    return i if i >= 0 else route_with_state(w.glob[G_ROUTER], r, w.views[0], w.rt, now,
+                                             w.inst, w.glob)
 
 
 @sim_jit
@@ -89,7 +90,7 @@ def admit(w, r, now):
     """Route arrived request ``r`` to an instance of the entry role."""
     if w.hs.gi[Q_DELAY] == 0 and w.knobs[w.glob[G_ENTRY_LO], K_ROLE] == ROLE_COLOCATED:
         reqs = w.views[0]
-        i = _entry_instance(w, r)
+        i = _entry_instance(w, r, now)
         reqs.inst[r] = i
         reqs.status[r] = WAITING
         wq_push_back(w.inst, i, r)

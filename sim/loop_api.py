@@ -19,6 +19,7 @@ from serveplan.kernels import jit_mode
 
 from . import _jitcache
 from .afd_cost import AFDStepCost
+from .colocated_sibyl import SibylOptions, colocated_router_state
 from .costs import FittedThroughputCost, decode_rate, make_cost_tables, prefill_seconds
 from .cpu_tier import cpu_pool_for
 from .handoff import (
@@ -78,7 +79,7 @@ from .state import (
 from .transfer import make_xfer
 
 ENTRY_ROUTERS = {"round-robin": 0, "least-outstanding-tokens": 1, "least-loaded": 1,
-                 "least-requests": 2}
+                 "least-requests": 2, "sibyl": 4}
 """Entry router name -> code (``least-loaded`` is a prefill pool's name for the fewest
 outstanding tokens)."""
 ASSIGNMENTS = ("early", "late")
@@ -296,10 +297,10 @@ def _handoff_state(pools, h: Handoff, n, arrival, prompt, ignored):
                               p_node=p_node, d_node=d_node, link=link.table(), t_pre=t_pre)
 
 
-def _router_state(pools, h: Handoff | None, n, prompt, ignored):
-    if h is None:  # colocated: no decode router
-        return make_router_state("round-robin", 1, 1, active_capacity=1, pending_capacity=1,
-                                 max_length=1, delta=128.0, alpha=0.99, v_sys_init=1.0)
+def _router_state(pools, h: Handoff | None, n, prompt, ignored, code=0, entry_sibyl=None):
+    if h is None:  # colocated: no decode router; SIBYL's state if it is the entry router
+        opts = (entry_sibyl or SibylOptions()) if code == ENTRY_ROUTERS["sibyl"] else None
+        return colocated_router_state(pools[0], n, prompt[~ignored], opts)
     dec = pools[1]
     n_d = int(dec.num_instances)
     cap_p = h.pending_capacity if h.pending_capacity is not None else \
@@ -308,7 +309,8 @@ def _router_state(pools, h: Handoff | None, n, prompt, ignored):
     return make_router_state(h.router, n, n_d, active_capacity=dec.params.max_num_seqs,
                              pending_capacity=cap_p,
                              max_length=h.sibyl_max_length or dec.params.max_model_len,
-                             delta=h.sibyl_delta, alpha=h.sibyl_alpha,
+                             delta=h.sibyl_delta, alpha=h.sibyl_alpha, prior=h.sibyl_prior,
+                             tie_break=h.tie_break, seed=h.tie_seed,
                              v_sys_init=decode_rate(dec.cost, float(live_prompt.mean())
                                                     if live_prompt.size else 1.0))
 
@@ -325,12 +327,15 @@ def _glob(requests, router_code, lay: _Layout, n, conc, max_steps, lay_open) -> 
     return glob
 
 
-def _entry_router(router) -> int:
+def _entry_router(router, pd: bool = False) -> int:
     if isinstance(router, str):
         if router not in ENTRY_ROUTERS:
             raise ValueError(f"router given an invalid value: {router!r} "
                              f"(valid: {', '.join(ENTRY_ROUTERS)})")
-        return ENTRY_ROUTERS[router]
+        router = ENTRY_ROUTERS[router]
+    if pd and int(router) == ENTRY_ROUTERS["sibyl"]:
+        raise ValueError("router 'sibyl' picks among colocated instances; a prefill/decode "
+                         "deployment sets it as the decode router (handoff.router)")
     return int(router)
 
 
@@ -346,7 +351,8 @@ def _raise_on_error(glob, n, max_steps) -> None:
 def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None = None,
               record_steps: int = 1 << 16, max_steps: int | None = None,
               policy=None, frontend: FrontEnd | None = None,
-              scheduler_knobs: SchedulerKnobs | None = None) -> RunResult:
+              scheduler_knobs: SchedulerKnobs | None = None,
+              entry_sibyl: SibylOptions | None = None) -> RunResult:
     """Simulate ``requests`` on a deployment given as role pools (module docstring).
 
     Parameters
@@ -354,10 +360,9 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     requests : serveplan.sim.workload.Requests
         Arrival times (NaN for a closed loop), prompt and output lengths, prefix hash ids.
     pools : sequence of PoolSpec
-        ``[colocated]`` or ``[prefill, decode]``.
+        ``[colocated]``, ``[prefill, decode]`` or ``[prefill, attention]``.
     router : str or int
-        Entry router (``round-robin``, ``least-outstanding-tokens`` / ``least-loaded``,
-        ``least-requests``) choosing among the colocated or prefill instances.
+        Entry router among the colocated or prefill instances (:data:`ENTRY_ROUTERS`).
     handoff : Handoff, optional
         Decode router, assignment and transfer options of a prefill/decode deployment.
     record_steps : int
@@ -365,14 +370,14 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     max_steps : int, optional
         Stop with an error after this many engine steps.
     policy : callable, optional
-        A Python research scheduler for colocated instances
-        (:mod:`serveplan.sim.pyhook`); slower, for experiments.
+        A Python research scheduler for colocated instances (:mod:`serveplan.sim.pyhook`).
     frontend : FrontEnd, optional
         The API server's request and token work (:mod:`serveplan.sim.runtime`); results
         then report the client's times.
     scheduler_knobs : SchedulerKnobs, optional
-        Knobs of the session-aware schedulers (``skip-join-mlfq``, ``h2q-br``); default
-        :class:`~serveplan.sim.sessions.SchedulerKnobs`.
+        Knobs of the session-aware schedulers (``skip-join-mlfq``, ``h2q-br``).
+    entry_sibyl : SibylOptions, optional
+        Settings of the ``sibyl`` entry router among colocated instances (default ones).
 
     Raises
     ------
@@ -385,9 +390,9 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     h = (handoff or Handoff()) if pd else None
     if policy is not None and pd:
         raise ValueError("a Python policy schedules colocated instances only")
-    code = _entry_router(router)
+    code = _entry_router(router, pd)
     world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps,
-                                 frontend, scheduler_knobs or SchedulerKnobs())
+                                 frontend, scheduler_knobs or SchedulerKnobs(), entry_sibyl)
     n = len(requests)
     if not jit_mode.STATE.settled:  # compiled for good: nothing to weigh
         jit_mode.prefer_compiled(python_seconds(w, len(pools)))
@@ -476,7 +481,7 @@ def _cost_tables(pools, lay: _Layout):
 
 
 def _build_world(requests, pools, h, code, policy, record_steps, max_steps, frontend=None,
-                 knobs: SchedulerKnobs | None = None):
+                 knobs: SchedulerKnobs | None = None, entry_sibyl=None):
     """The run's arrays: ``(world, layout, workload)``."""
     pd = h is not None
     n = len(requests)
@@ -501,7 +506,7 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps, fron
         glob=_glob(requests, code, lay, n, w.conc, max_steps, w.n_open), clock=np.zeros(1),
         rec=make_rec(record_steps), hs=hs,
         costs=_cost_tables(pools, lay),
-        rt=_router_state(pools, h, n, w.prompt, w.ignored),
+        rt=_router_state(pools, h, n, w.prompt, w.ignored, code, entry_sibyl),
         x=make_xfer(n if pd else 0, n_p, pools[-1].num_instances if pd else 0), fe=fe,
         ss=make_sessions(n, len(lay.pool_of), w.prompt, requests.sessions,
                          (knobs or SchedulerKnobs()).row(), int(lay.slots.max())))

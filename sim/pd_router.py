@@ -14,10 +14,13 @@ ends (*late*). Routers are chosen by an int code; :func:`route_decode` dispatche
   instance with the least *projected* load at the handoff moment ``tau``
   (:func:`serveplan.kernels.sibyl.projected_loads`, SIBYL Eq. 1, 6-8).
 
-Ties are broken in rotation: the scan for the least loaded instance starts one instance
-further at each decision (so idle instances fill in round-robin order instead of all new
-requests landing on instance 0 -- which matters when many loads are equal, e.g. SIBYL without
-its Type 1 term, whose loads are all zero when nothing is pending).
+Ties among the least loaded instances are broken by a mode
+(:data:`serveplan.kernels.sibyl.TIE_BREAKS`, :func:`serveplan.kernels.sibyl.pick_least`):
+``rotation`` (default) starts the scan one instance further at each decision, so idle
+instances fill in round-robin order; ``lowest`` takes the lowest index; ``random`` a
+pseudo-random tie (a 31-bit linear congruential generator seeded per run). The mode matters
+when many loads are equal: SIBYL without its Type 1 term sees all-zero loads whenever
+nothing is pending, and with rotation it then *is* round-robin.
 
 SIBYL state (:data:`RouterState`)
 ---------------------------------
@@ -36,9 +39,11 @@ A slot is removed by moving the instance's last slot into it (``slot_of`` is the
 back-pointer). If an instance's pending slots are full it is not eligible (SIBYL would not
 pick it anyway: its projected load is large); the capacity is a run parameter.
 
-The survival estimator (``surv``, SIBYL Eq. 4) is updated with the final output length of
-every completed request (EMA factor ``alpha``, bucket step ``delta``); its lookup tables are
-refreshed lazily before the next decision. The system decode rate ``v_sys`` is an
+The survival estimator (``surv``, SIBYL Eq. 4) starts from a prior (``surv_init``: e.g.
+:func:`serveplan.queueing.survival.bucket_prior` of a sample of output lengths; ones, the
+PROB@1 state, without one) and is updated with the final output length of every completed
+request (EMA factor ``alpha``, bucket step ``delta``); its lookup tables are refreshed lazily
+before the next decision. The system decode rate ``v_sys`` is an
 exponentially weighted ratio over decode steps, ``sum(batch) / sum(batch * step_time)``
 (tokens per request-second, a batch-weighted harmonic mean of ``1 / step_time``), with a
 decay of ``1 - 1 / (4 n_decode)`` per step; before the first step it is ``v_sys_init``.
@@ -55,13 +60,17 @@ from collections import namedtuple
 import numpy as np
 
 from serveplan.kernels.sibyl import (
+    TIE_BREAKS,
+    TIE_RANDOM,
+    TIE_ROTATION,
     VARIANTS,
-    argmin_load,
+    pick_least,
     projected_loads,
     refresh_tables,
     survival_tables,
 )
 from serveplan.kernels.survival import ema_survival_update
+from serveplan.queueing.survival import bucket_prior
 
 from ._jitcache import sim_jit
 
@@ -78,10 +87,13 @@ ROUTER_ALIASES = {"rr": "round-robin", "ils": "least-loaded", "ils-tokens": "lea
 
 # float parameters / accumulators: rt.fp[F_*]
 F_VNUM, F_VDEN, F_VINIT, F_DELTA, F_ALPHA, F_DECAY, F_INV_DELTA, F_DIRTY = range(8)
-N_FP = 8
+F_PREFILL_PER_TOKEN = 8  # colocated SIBYL: seconds of prefill per prompt token
+N_FP = 9
 # int parameters / counters: rt.ip[R_*]
 R_CODE, R_FLAGS, R_RR, R_SIBYL = range(4)
-N_IP = 4
+R_TIE, R_RNG, R_ENTRY_SIBYL = 4, 5, 6  # tie-break mode, its generator, colocated SIBYL on
+N_IP = 7
+_LCG_A, _LCG_C, _LCG_M = 1103515245, 12345, 1 << 31  # random tie-break; products < 2**62
 
 RouterState = namedtuple("RouterState", [
     "occ", "nact", "act_count", "act_lin", "act_len", "act_rate", "act_req",
@@ -100,6 +112,13 @@ def _router_code(name: str) -> tuple[int, int]:
     return DECODE_ROUTERS[name]
 
 
+def _tie_code(tie_break: str) -> int:
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break given an invalid value: {tie_break!r} "
+                         f"(valid: {', '.join(TIE_BREAKS)})")
+    return TIE_BREAKS[tie_break]
+
+
 def _check_sibyl_params(delta: float, alpha: float, v_sys_init: float) -> None:
     if not (np.isfinite(delta) and delta > 0):
         raise ValueError(f"delta must be finite and > 0, got {delta!r}")
@@ -109,9 +128,13 @@ def _check_sibyl_params(delta: float, alpha: float, v_sys_init: float) -> None:
         raise ValueError(f"v_sys_init must be finite and > 0, got {v_sys_init!r}")
 
 
-def _initial_survival(surv_init: np.ndarray | None, max_length: int, delta: float):
-    """Survival values at the bucket boundaries and their lookup tables ``(surv, tab, inv)``."""
+def _initial_survival(surv_init: np.ndarray | None, max_length: int, delta: float,
+                      prior=None):
+    """Survival values at the bucket boundaries and their lookup tables ``(surv, tab, inv)``:
+    ``surv_init``, else the Kaplan-Meier estimate of the ``prior`` sample, else ones."""
     nb = max(int(np.ceil(max_length / delta)), 1)
+    if surv_init is None and prior is not None:
+        surv_init = bucket_prior(prior, delta, nb)
     surv = np.ones(nb) if surv_init is None else np.array(surv_init, dtype=np.float64)
     if surv.shape != (nb,):
         raise ValueError(f"surv_init must have {nb} values, got shape {surv.shape}")
@@ -120,7 +143,8 @@ def _initial_survival(surv_init: np.ndarray | None, max_length: int, delta: floa
 
 
 def _param_arrays(code: int, flags: int, n_decode: int, delta: float, alpha: float,
-                  v_sys_init: float) -> tuple[np.ndarray, np.ndarray]:
+                  v_sys_init: float, tie: int = TIE_ROTATION,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The float and int parameter vectors ``(fp, ip)`` (layouts ``F_*`` and ``R_*``)."""
     fp = np.zeros(N_FP)
     fp[F_VINIT] = v_sys_init
@@ -132,13 +156,16 @@ def _param_arrays(code: int, flags: int, n_decode: int, delta: float, alpha: flo
     ip[R_CODE] = code
     ip[R_FLAGS] = flags
     ip[R_SIBYL] = int(code == D_SIBYL)
+    ip[R_TIE] = tie
+    ip[R_RNG] = int(seed) % _LCG_M
     return fp, ip
 
 
 def make_router_state(name: str, n_requests: int, n_decode: int, *, active_capacity: int,
                       pending_capacity: int, max_length: int, delta: float = 128.0,
                       alpha: float = 0.99, v_sys_init: float = 30.0,
-                      surv_init: np.ndarray | None = None) -> RouterState:
+                      surv_init: np.ndarray | None = None, prior=None,
+                      tie_break: str = "rotation", seed: int = 0) -> RouterState:
     """Router state for ``n_decode`` instances.
 
     Parameters
@@ -156,15 +183,23 @@ def make_router_state(name: str, n_requests: int, n_decode: int, *, active_capac
     surv_init : array, optional
         Initial survival values at the bucket boundaries (default ones: PROB@1 until
         completions are seen, as :class:`serveplan.queueing.survival.OnlineSurvival`).
+    prior : array, optional
+        A sample of output lengths (e.g. drawn from the workload's length law with another
+        seed); without ``surv_init``, Ŝ starts at its Kaplan-Meier estimate.
+    tie_break : str
+        Among equally loaded instances: ``rotation``, ``lowest`` or ``random`` (module doc).
+    seed : int
+        Seed of the ``random`` tie-break's generator.
     """
     code, flags = _router_code(name)
+    tie = _tie_code(tie_break)
     _check_sibyl_params(delta, alpha, v_sys_init)
     sibyl = code == D_SIBYL
     nd = int(n_decode)
     ca = max(int(active_capacity), 1) if sibyl else 1
     cp = max(int(pending_capacity), 1) if sibyl else 1
-    surv, tab, inv = _initial_survival(surv_init, max_length, delta)
-    fp, ip = _param_arrays(code, flags, nd, delta, alpha, v_sys_init)
+    surv, tab, inv = _initial_survival(surv_init, max_length, delta, prior)
+    fp, ip = _param_arrays(code, flags, nd, delta, alpha, v_sys_init, tie, seed)
     zi = np.zeros(nd, dtype=np.int64)
     return RouterState(
         occ=zi.copy(), nact=zi.copy(), act_count=zi.copy(),
@@ -321,6 +356,24 @@ def _next_start(rt):
 
 
 @sim_jit
+def _draw(rt):
+    """The tie-break's number for this decision: the rotation counter (advanced once per
+    decision, whatever the mode) or, for ``random``, the next value of the generator."""
+    s = _next_start(rt)
+    if rt.ip[R_TIE] != TIE_RANDOM:
+        return s
+    x = (_LCG_A * rt.ip[R_RNG] + _LCG_C) % _LCG_M
+    rt.ip[R_RNG] = x
+    return x >> 8  # the low bits of a power-of-two LCG are weak
+
+
+@sim_jit
+def pick(rt, loads):
+    """Least entry of ``loads`` among ``rt.eligible``, ties by the run's mode; -1 if none."""
+    return pick_least(loads, rt.eligible, rt.ip[R_TIE], _draw(rt))
+
+
+@sim_jit
 def sibyl_decide(rt, now, tau):
     """SIBYL's choice (Algorithm 1): least projected load at ``tau`` among eligible."""
     if rt.fp[F_DIRTY] != 0.0:
@@ -329,20 +382,20 @@ def sibyl_decide(rt, now, tau):
     cap = rt.pend_lin.shape[1]
     for j in range(rt.eligible.shape[0]):
         rt.eligible[j] = rt.pend_count[j] < cap
-    projected_loads(now, tau, v_sys(rt), rt.tab, rt.inv_tab, rt.fp[F_INV_DELTA],
+    projected_loads(now, tau, v_sys(rt), rt.tab, rt.inv_tab, rt.fp[F_DELTA],
                     rt.act_count, rt.act_lin, rt.act_len, rt.act_rate,
                     rt.pend_count, rt.pend_lin, rt.pend_start, rt.ip[R_FLAGS], rt.loads)
-    j = argmin_load(rt.loads, rt.eligible)
-    start = _next_start(rt)
-    if j < 0:
-        return _argmin_int(rt.pend_count, start)
-    n = rt.loads.shape[0]
-    low = rt.loads[j]
-    for k in range(n):
-        i = (start + k) % n
-        if rt.eligible[i] and rt.loads[i] == low:
-            return i
+    j = pick(rt, rt.loads)
+    if j < 0:  # every instance's pending slots are full: the fewest pending
+        return _argmin_int(rt.pend_count, rt.ip[R_RR])
     return j
+
+
+@sim_jit
+def _pick_all(rt, loads):
+    for j in range(rt.eligible.shape[0]):
+        rt.eligible[j] = True
+    return pick(rt, loads)
 
 
 @sim_jit
@@ -353,9 +406,9 @@ def route_decode(rt, now, tau):
     if nd == 1:
         return 0
     if code == D_LEAST_TOKENS:
-        return _argmin_int(rt.occ, _next_start(rt))
+        return _pick_all(rt, rt.occ)
     if code == D_LEAST_REQUESTS:
-        return _argmin_int(rt.nact, _next_start(rt))
+        return _pick_all(rt, rt.nact)
     if code == D_SIBYL:
         return sibyl_decide(rt, now, tau)
     return _next_start(rt) % nd
@@ -376,5 +429,5 @@ def is_least_loaded(rt, d):
 
 
 __all__ = ["DECODE_ROUTERS", "ROUTER_ALIASES", "RouterState", "is_least_loaded",
-           "make_router_state", "on_assign", "on_decode_step", "on_finish", "on_join",
+           "make_router_state", "pick", "on_assign", "on_decode_step", "on_finish", "on_join",
            "on_token", "route_decode", "sibyl_decide", "v_sys"]

@@ -103,6 +103,13 @@ class Handoff:
     prefill_hold : int, optional
         Finished prefills whose KV a prefill instance may hold before it admits fewer new
         ones (default 256).
+    sibyl_prior : array, optional
+        A sample of output lengths whose Kaplan-Meier estimate starts SIBYL's survival
+        estimator (default: none, the estimator starts at 1).
+    tie_break : {"rotation", "lowest", "random"}
+        How the decode router chooses among equally loaded instances.
+    tie_seed : int
+        Seed of the ``random`` tie-break.
     """
 
     router: str = "round-robin"
@@ -115,6 +122,9 @@ class Handoff:
     sibyl_max_length: int | None = None
     pending_capacity: int | None = None
     prefill_hold: int | None = None
+    sibyl_prior: object = None
+    tie_break: str = "rotation"
+    tie_seed: int = 0
 
 
 __all__ = ["DOWNSTREAM_ROLES", "Handoff", "PoolSpec", "ROLE_NAMES", "Role", "loop_role"]

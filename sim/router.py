@@ -25,6 +25,10 @@ adding a code, a function with the same arguments and one branch in :func:`route
   far. Unlike ``inst.load`` it also charges the recomputation of a preempted request's
   prompt. It reads the request arrays, so it is reached through
   :func:`route_with_requests`; :func:`estimated_loads_reference` is its NumPy reference.
+* ``sibyl`` (colocated instances only): SIBYL's least projected load at the end of the new
+  request's prefill, from the instances' running and waiting requests and a survival
+  estimate of output lengths (:mod:`serveplan.sim.colocated_sibyl`). It reads the requests
+  and the router state, so it is reached through :func:`route_with_state`.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._jitcache import sim_jit
+from .colocated_sibyl import route_sibyl
 from .state import G_ENTRY_HI, G_ENTRY_LO, G_RR, I_NRUN, I_WHEAD, I_WLEN
 
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_TOKENS, ROUTER_LEAST_REQUESTS = 0, 1, 2
 ROUTER_LEAST_ESTIMATED_TOKENS = 3
+ROUTER_SIBYL = 4
 
 
 @sim_jit
@@ -116,6 +122,15 @@ def route_with_requests(code, r, reqs, expected_output, inst, glob):
     if code == ROUTER_LEAST_ESTIMATED_TOKENS:
         return route_least_estimated_tokens(glob[G_ENTRY_LO], glob[G_ENTRY_HI], inst, reqs,
                                             expected_output)
+    return route(code, r, inst, glob)
+
+
+@sim_jit
+def route_with_state(code, r, reqs, rt, now, inst, glob):
+    """:func:`route` for callers that also pass the entry role's request arrays ``reqs``,
+    the router state ``rt`` and the time: adds ``sibyl`` among colocated instances."""
+    if code == ROUTER_SIBYL:
+        return route_sibyl(glob[G_ENTRY_LO], glob[G_ENTRY_HI], inst, reqs, rt, r, now)
     return route(code, r, inst, glob)
 
 

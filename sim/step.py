@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._jitcache import sim_jit, sim_jit_inline
+from .colocated_sibyl import on_colocated_finish
 from .costs import step_seconds
 from .engine_policies import burst_steps, tokens_emitted
 from .kvcache import num_used, take_pending_load
@@ -175,6 +176,7 @@ def complete_step(w, i, now):
                 cache_for_next_round(w.pool, inst, reqs, w.knobs, w.glob, w.ss, i, r)
             free_request(w.pool, inst, reqs, i, r)
             if role == ROLE_COLOCATED:
+                on_colocated_finish(w.rt, reqs.n_out[r])
                 request_done(w, r, now)
             finished = True
     if finished:

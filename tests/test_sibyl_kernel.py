@@ -45,7 +45,7 @@ def test_kernel_matches_reference(flags):
     now, tau, v_sys, delta = 100.0, 100.7, 35.0, 128.0
     arrays, act, pend = _state(rng, 17, 12, 10, 4, now)
     out = np.empty(17)
-    projected_loads(now, tau, v_sys, tab, inv, 1.0 / delta, *arrays, flags, out)
+    projected_loads(now, tau, v_sys, tab, inv, delta, *arrays, flags, out)
     want = projected_loads_ref(now, tau, v_sys, surv, delta, act, pend, flags)
     np.testing.assert_allclose(out, want, rtol=1e-9)
 
@@ -57,12 +57,12 @@ def test_hand_example():
     tab, inv = survival_tables(surv)
     one = np.array([1])
     out = np.empty(1)
-    projected_loads(0.0, 2.0, 40.0, tab, inv, 1 / 128, one, np.array([[100.0]]),
+    projected_loads(0.0, 2.0, 40.0, tab, inv, 128.0, one, np.array([[100.0]]),
                     np.array([[300.0]]), np.array([[50.0]]), np.array([0]),
                     np.zeros((1, 1)), np.zeros((1, 1)), 0, out)
     assert out[0] == pytest.approx(500 * 0.3 / 0.6)
     # a pending request starting 0.5 s before tau (Type 2) and one 1 s after (Type 3)
-    projected_loads(0.0, 2.0, 40.0, tab, inv, 1 / 128, np.array([0]), np.zeros((1, 2)),
+    projected_loads(0.0, 2.0, 40.0, tab, inv, 128.0, np.array([0]), np.zeros((1, 2)),
                     np.zeros((1, 2)), np.zeros((1, 2)), np.array([2]),
                     np.array([[200.0, 90.0]]), np.array([[1.5, 3.0]]), 0, out)
     # Type 2: l = 0.5 * 40 = 20 -> bucket 0, S = 1: 220; Type 3: ReLU(90 - 40) = 50
@@ -77,7 +77,7 @@ def test_kernel_matches_reference_random(seed, flags):
     tab, inv = survival_tables(surv)
     arrays, act, pend = _state(rng, 5, 6, 6, 6, 10.0)
     out = np.empty(5)
-    projected_loads(10.0, 10.3, 20.0, tab, inv, 1 / 64, *arrays, flags, out)
+    projected_loads(10.0, 10.3, 20.0, tab, inv, 64.0, *arrays, flags, out)
     np.testing.assert_allclose(
         out, projected_loads_ref(10.0, 10.3, 20.0, surv, 64.0, act, pend, flags), rtol=1e-9)
 

@@ -42,8 +42,9 @@ def test_km_hand_example_with_censoring():
     assert np.allclose(km([0.5, 1.0, 2.5, 4.5, 9.0]), [1.0, 5 / 6, 2 / 3, 4 / 9, 0.0])
     g, s = km.on_grid([0.0, 3.0])
     assert g.tolist() == [0.0, 3.0] and np.allclose(s, [1.0, 4 / 9])
-    # bucket prior reads P(L >= l) = S(l-) at boundaries 1, 2, 3, 4
-    assert np.allclose(km.bucket_prior(1.0, 4), [1.0, 5 / 6, 2 / 3, 4 / 9])
+    # bucket prior reads the step function S(l) = P(L > l) at boundaries 1, 2, 3, 4
+    # (no event at 4: the censoring there leaves S at 4/9)
+    assert np.allclose(km.bucket_prior(1.0, 4), [5 / 6, 2 / 3, 4 / 9, 4 / 9])
 
 
 def test_km_validation():
@@ -77,10 +78,10 @@ def test_update_kernels_match_reference():
         K.ema_survival_update(c, 32.0, 0.97, f)
     assert np.allclose(a, b, rtol=0, atol=1e-12)
     assert np.array_equal(a, c)
-    # a completion exactly on a boundary counts (indicator L >= l)
+    # a completion exactly on a boundary does not survive it (indicator L > l, S = P(L > l))
     d = np.zeros(3)
     K.ema_survival_update(d, 10.0, 0.5, 20.0)
-    assert d.tolist() == [0.5, 0.5, 0.0]
+    assert d.tolist() == [0.5, 0.0, 0.0]
 
 
 def test_evaluation_kernels_match_reference():
@@ -99,12 +100,13 @@ def test_evaluation_kernels_match_reference():
         getattr(K, name)(*args, o1)
         K.REFERENCE[name](*args, o2)
         assert np.allclose(o1, o2, rtol=1e-12, atol=1e-15), name
-    # the lookup is linear interpolation through (0, 1), (delta, surv[0]), ... flat at the end
-    nodes = np.arange(surv.size + 1) * delta
-    interp = np.interp(l_now, nodes, np.concatenate(([1.0], surv)), left=1.0, right=surv[-1])
+    # the lookup is a right-continuous step: the value of the boundary at or below x
+    # (1 below delta), flat beyond the last boundary
+    k = np.clip(np.floor(l_now / delta).astype(int), 0, surv.size)
+    step = np.concatenate(([1.0], surv))[k]
     o1 = np.empty(n)
     K.survival_at(surv, delta, l_now, o1)
-    assert np.allclose(o1, interp, rtol=0, atol=1e-12)
+    assert np.array_equal(o1, step)
     inst = rng.integers(0, 7, n)
     l_in = rng.uniform(10, 3000, n)
     rate = rng.uniform(5, 60, n)
@@ -180,8 +182,8 @@ def test_conditional_survival_conventions():
     # fresh state: every active request survives (PROB@1)
     assert np.all(est.conditional([0.0, 50.0], [30.0, 90.0]) == 1.0)
     est.surv[:] = np.linspace(0.9, 0.0, 10)  # S-hat(100) = 0
-    # linear interpolation: S(0) = 1 -> S(10) = 0.9
-    assert est.survival([5.0])[0] == pytest.approx(0.95)
+    # step function: 1 below the first boundary, 0.9 from 10 on (right-continuous)
+    assert est.survival([5.0, 9.999, 10.0, 19.0])[0:4].tolist() == [1.0, 1.0, 0.9, 0.9]
     # Type 2 shadow task (l_now = 0) gives S-hat(l) itself
     assert est.conditional([0.0], [35.0])[0] == pytest.approx(est.survival([35.0])[0])
     # beyond the estimator's support the request is alive: probability 1, never NaN

@@ -72,8 +72,11 @@ def compare(cfg, routers: list[str]) -> tuple[list[dict], list]:
         resolved = resolve_pd(cfg.deployment)
         requests = build_requests(cfg.workload, cfg.seed,
                                   block_size=resolved.prefill.params.block_size)
+        from serveplan.simulation import sibyl_prior
+
+        prior = sibyl_prior(cfg.workload, resolved, cfg.seed)
         for name in names:
-            res = run_resolved(resolved, requests, router=name, record_steps=2)
+            res = run_resolved(resolved, requests, router=name, record_steps=2, prior=prior)
             key = "decode_router" if hasattr(cfg.deployment, "decode_router") else "router"
             ds = pd_dataset(cfg.model_copy(update={"deployment": cfg.deployment.model_copy(
                 update={key: name})}), resolved, res)
@@ -121,7 +124,7 @@ def compare_routers(
     routers: str | None = typer.Option(
         None, "--routers",
         help="Comma-separated routers. PD: round-robin (rr), least-loaded (ils), "
-        "least-requests, sibyl, sibyl-p1, sibyl-no-type1/2/3, sibyl-reqlevel (default "
+        "least-requests, sibyl, sibyl-p1, sibyl-no-type1/2/3, sibyl-reqlevel, sibyl-alg1 (default "
         f"{','.join(DEFAULT_ROUTERS['pd'])}). Colocated: round-robin (rr), "
         "least-outstanding-tokens (least-loaded), least-requests (default: all three)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),

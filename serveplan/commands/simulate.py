@@ -150,12 +150,19 @@ def _report(ds, out: Path | None, as_json: bool) -> None:
 def _run(cfg):
     """:func:`serveplan.simulation.run_config`, with the run's size checked before the
     simulator allocates (:func:`~serveplan.commands.common.check_run_size`)."""
-    from serveplan.simulation import build_requests, make_dataset, resolve, run_resolved
+    from serveplan.simulation import (
+        build_requests,
+        make_dataset,
+        resolve,
+        run_resolved,
+        sibyl_prior,
+    )
 
     resolved = resolve(cfg.deployment)
     requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
     check_run_size(resolved, requests, cfg.workload)
-    result = run_resolved(resolved, requests, record_steps=cfg.record_steps)
+    result = run_resolved(resolved, requests, record_steps=cfg.record_steps,
+                          prior=sibyl_prior(cfg.workload, resolved, cfg.seed))
     return make_dataset(cfg, resolved, result, requests)
 
 
