@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from serveplan.estimator.memory import GIB, activation_peak_bytes, resolve_setup
 from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.specs import SpecError
+from serveplan.kernels.afd import AFD_EGRESS_S, AFD_INGRESS_S, AFD_LATENCY
 from serveplan.pools_config import PoolConfig, PoolsDeployment
 from serveplan.sim.afd_cost import AFDStepCost
 
@@ -86,9 +87,9 @@ def describe_afd(d: PoolsDeployment, cost: AFDStepCost, ffn: ResolvedFFN) -> dic
     row = cost.afd_row()
     return {"ffn": ffn.describe(), "micro_batches": d.micro_batches, "afd_link": d.afd_link,
             "activation_bytes_per_token": cost.bytes_per_token,
-            "activation_seconds_per_token": {"attention_egress": float(row[1]),
-                                             "ffn_ingress": float(row[2])},
-            "activation_latency_s": float(row[3])}
+            "activation_seconds_per_token": {"attention_egress": float(row[AFD_EGRESS_S]),
+                                             "ffn_ingress": float(row[AFD_INGRESS_S])},
+            "activation_latency_s": float(row[AFD_LATENCY])}
 
 
 __all__ = ["ResolvedFFN", "afd_cost", "describe_afd", "ffn_max_tokens", "resolve_ffn"]

@@ -9,7 +9,7 @@ from serveplan.estimator.memory import resolve_setup
 from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.specs import Parallelism
 from serveplan.kernels import roofline as K
-from serveplan.kernels.afd import ping_pong
+from serveplan.kernels.afd import AFD_F_COMM, ping_pong
 from serveplan.sim.afd_cost import AFDStepCost
 from serveplan.sim.engine import EngineParams
 from serveplan.sim.loop_api import run_pools
@@ -112,7 +112,7 @@ def test_expert_parallel_ffn_receives_top_k_copies():
     tp = AFDStepCost(att, CostOracle("qwen3-30b-a3b", "h100", tp=4))
     assert ep.bytes_per_token == 2048 * 2 * 4
     assert tp.bytes_per_token == 2048 * 2
-    assert ep.afd_row()[5] == 0.0 and tp.afd_row()[5] == 1.0
+    assert ep.afd_row()[AFD_F_COMM] == 0.0 and tp.afd_row()[AFD_F_COMM] == 1.0
 
 
 def test_the_two_models_must_match(llama):
