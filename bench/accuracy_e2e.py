@@ -63,19 +63,23 @@ def predict_all(rows, resolved, terms=None, rounds=20) -> np.ndarray:
     return out[which]
 
 
-def fit_on(rows, resolved, rounds) -> tuple[RuntimeTerms, dict]:
+def fit_on(rows, resolved, rounds, max_runs=None) -> tuple[RuntimeTerms, dict]:
     """Terms fitted to ``rows``: one residual per distinct simulation, against the median
-    of its repeated measurements."""
+    of its repeated measurements; at most ``max_runs`` distinct simulations, evenly spaced
+    in the rows' order (which is the CSV's: by model, system, parallelism, load)."""
     first, which = unique_runs(rows)
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
-    meas_u = np.array([np.median(meas[which == u], axis=0) for u in range(len(first))])
-    reps, res_u = [rows[k] for k in first], [resolved[k] for k in first]
+    keep = np.arange(len(first))
+    if max_runs is not None and len(first) > max_runs:
+        keep = np.unique(np.linspace(0, len(first) - 1, max_runs).round().astype(int))
+    meas_u = np.array([np.median(meas[which == u], axis=0) for u in keep])
+    reps, res_u = [rows[first[u]] for u in keep], [resolved[first[u]] for u in keep]
     tp = np.array([r.tp for r in reps])
     fit = fit_terms(lambda t: predict_all(reps, res_u, t, rounds), meas_u, tp, max_evals=60)
     return fit.terms, fit.summary()
 
 
-def lomo(rows, resolved, rounds, every=1):
+def lomo(rows, resolved, rounds, every=1, max_runs=None):
     """Leave-one-model-out predictions per engine; engines with one model are not fitted."""
     pred = np.full((len(rows), 2), np.nan)
     folds, full = [], {}
@@ -91,11 +95,13 @@ def lomo(rows, resolved, rounds, every=1):
         for m in models:
             train = [k for k in idx if rows[k].model != m][::every]
             test = [k for k in idx if rows[k].model == m]
-            terms, summ = fit_on([rows[k] for k in train], [resolved[k] for k in train], rounds)
+            terms, summ = fit_on([rows[k] for k in train], [resolved[k] for k in train], rounds,
+                                 max_runs)
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test], terms)
             folds.append({"engine": engine, "held_out": m, **summ})
         idx_fit = idx[::every]
-        terms, summ = fit_on([rows[k] for k in idx_fit], [resolved[k] for k in idx_fit], rounds)
+        terms, summ = fit_on([rows[k] for k in idx_fit], [resolved[k] for k in idx_fit], rounds,
+                             max_runs)
         full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full
 
@@ -216,8 +222,15 @@ def main() -> None:
                     help="measured rounds per client in the fitting runs (report: 20)")
     ap.add_argument("--fit-every", type=int, default=3,
                     help="fit on every k-th row of the training set (all rows are predicted)")
+    ap.add_argument("--fit-runs", type=int, default=None,
+                    help="at most this many distinct runs per fit, evenly spaced (default: all)")
     ap.add_argument("--write-profiles", action="store_true")
+    ap.add_argument("--no-fit", action="store_true",
+                    help="report settings (a) and (b) only: no leave-one-model-out fits "
+                         "(they take most of the run's time)")
     args = ap.parse_args()
+    if args.no_fit and args.write_profiles:
+        ap.error("--write-profiles needs the fits: drop --no-fit")
     t0 = time.time()
     rows = load_rows(args.data / "silicon_blackwell.csv")
     reasons = Counter(expressible(r, args.data) or "expressible" for r in rows)
@@ -228,16 +241,21 @@ def main() -> None:
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
     gpu_only = np.array([simulate_row(ok[k], args.data, engine=False) for k in first])[which]
     unfitted = predict_all(ok, resolved, RuntimeTerms())
-    fitted, folds, full = lomo(ok, resolved, args.fit_rounds, args.fit_every)
-    held_out_check(ok, unfitted, fitted, full)
-    preds = {"gpu_only": gpu_only, "engine_unfitted": unfitted, "engine_fitted_lomo": fitted}
+    preds = {"gpu_only": gpu_only, "engine_unfitted": unfitted}
+    folds, full = [], {}
+    if not args.no_fit:
+        fitted, folds, full = lomo(ok, resolved, args.fit_rounds, args.fit_every,
+                                   args.fit_runs)
+        held_out_check(ok, unfitted, fitted, full)
+        preds["engine_fitted_lomo"] = fitted
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
     report = {
-        "command": f"python bench/accuracy_e2e.py --fit-rounds {args.fit_rounds} "
-                   f"--fit-every {args.fit_every}" + (" --write-profiles" if
-                                                      args.write_profiles else ""),
+        "command": "python bench/accuracy_e2e.py " + (
+            "--no-fit" if args.no_fit else f"--fit-rounds {args.fit_rounds} --fit-every "
+            f"{args.fit_every}" + (f" --fit-runs {args.fit_runs}" if args.fit_runs else "")
+            + (" --write-profiles" if args.write_profiles else "")),
         "date": stamp, "seconds": round(time.time() - t0, 1),
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
         "groups": group_table(ok, preds), "osl_slopes": osl_slopes(ok, preds),

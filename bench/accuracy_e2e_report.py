@@ -16,6 +16,10 @@ def _abs(x) -> str:
     return f"{100 * x:.1f}" if x is not None else "-"
 
 
+def _ms(x) -> str:
+    return f"{x:.0f}" if x is not None else "-"
+
+
 def _group_rows(report) -> list[str]:
     lines = ["| engine | model | system | rows | setting | TTFT med abs % | TTFT bias % | "
              "TPOT med abs % | TPOT bias % |", "|---|---|---|---|---|---|---|---|---|"]
@@ -34,12 +38,17 @@ def _targets(report) -> list[str]:
     lines = ["| setting | TTFT median abs % (target <= 15) | TPOT median abs % (target <= 10) |",
              "|---|---|---|"]
     for key, label in NAMES.items():
-        o = report["overall"][key]
+        o = report["overall"].get(key)
+        if o is None:
+            lines.append(f"| {label} | not run | not run |")
+            continue
         lines.append(f"| {label} | {_abs(o['ttft_med_abs'])} | {_abs(o['tpot_med_abs'])} |")
     return lines
 
 
 def _profiles(report) -> list[str]:
+    if not report["profiles"]:
+        return ["Not fitted in this run (`--no-fit`)."]
     lines = []
     for engine, info in report["profiles"].items():
         if not info.get("fitted"):
@@ -67,7 +76,7 @@ def _slopes(report) -> list[str]:
     for s in report["osl_slopes"]:
         lines.append(f"| {s['engine']} | {s['model']} | {s['tp']} | {s['isl']} | "
                      f"{s['concurrency']} | {s['measured']:.0f} | {s['gpu_only']:.0f} | "
-                     f"{s['engine_unfitted']:.0f} | {s['engine_fitted_lomo']:.0f} |")
+                     f"{s['engine_unfitted']:.0f} | {_ms(s.get('engine_fitted_lomo'))} |")
     return lines
 
 

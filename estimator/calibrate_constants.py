@@ -94,7 +94,7 @@ def _comm_predict(theta, w: OpWork, sel, phases, gpu: GPUSpec):
     out = np.empty(sel.sum())
     rows = np.flatnonzero(sel)
     for j, i in enumerate(rows):
-        fn = K.ring_allreduce_time if w.comm[i] == 1 else K.alltoall_time
+        fn = K.allreduce_time if w.comm[i] == 1 else K.alltoall_time
         out[j] = fn(w.nbytes[i], w.group[i], gpu.scaleup_bw, lat, eff[idx[j]])
     return out
 

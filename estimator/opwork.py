@@ -39,7 +39,7 @@ __all__ = [
 #: Measurement families priced by the roofline (op_family -> oracle efficiency family).
 COMPUTE_FAMILIES = {"gemm": "gemm", "attention_prefill": "attention",
                     "attention_decode": "attention", "moe": "moe"}
-#: Collective families the oracle prices (ring all-reduce, all-to-all).
+#: Collective families the oracle prices (all-reduce, all-to-all).
 COMM_FAMILIES = ("allreduce", "alltoall")
 #: Weight dtypes the oracle can cost -> (bytes per weight, peak FLOP/s key).
 WEIGHT_DTYPES = {"bf16": (2.0, "bf16"), "fp16": (2.0, "fp16"), "fp8": (1.0, "fp8"),
@@ -227,7 +227,7 @@ def op_times(w: OpWork, gpu: GPUSpec, profile: Profile) -> np.ndarray:
     """Seconds the oracle charges for each row with ``profile`` (no correctors).
 
     Compute rows: ``max(W / (e_c S_c), Q / (e_m S_m)) + count * fixed`` with the row's
-    phase and family constants. Collectives: the kernels' ring all-reduce / all-to-all
+    phase and family constants. Collectives: the kernels' all-reduce / all-to-all
     with the comm family's ``e_m``, the GPU's scale-up bandwidth and the profile's
     latency. NaN where the row cannot be costed.
     """
@@ -239,7 +239,7 @@ def op_times(w: OpWork, gpu: GPUSpec, profile: Profile) -> np.ndarray:
     t = t + w.count * fixed[fam]
     lat = gpu.scaleup_latency_s if profile.comm_latency_s is None else profile.comm_latency_s
     for i in np.flatnonzero(w.comm > 0):
-        fn = K.ring_allreduce_time if w.comm[i] == 1 else K.alltoall_time
+        fn = K.allreduce_time if w.comm[i] == 1 else K.alltoall_time
         t[i] = fn(w.nbytes[i], w.group[i], gpu.scaleup_bw, lat, e_m[i])
     t[~w.valid] = np.nan
     return t

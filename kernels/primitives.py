@@ -1,6 +1,6 @@
 """Closed-form primitives of the cost model, each a numba ``@njit`` function of scalars.
 
-One operator's adapted roofline time, one collective (ring all-reduce, all-to-all), one
+One operator's adapted roofline time, one collective (all-reduce as the engines run it, all-to-all), one
 request's causal attention pairs and FlashAttention KV reads (and their sums over a
 request class), and the experts of one rank hit by a number of tokens. They know nothing
 of the op-table layout; :mod:`serveplan.kernels.roofline` prices a whole step with them and
@@ -37,13 +37,41 @@ def roofline_time(work, traffic, peak_flops, peak_bw, e_c, e_m):
     return t_c if t_c > t_m else t_m
 
 
+#: The engines' custom all-reduce (vLLM ``csrc/custom_all_reduce.cuh``, which SGLang uses;
+#: TensorRT-LLM's AUTO strategy is alike) within one NVLink domain of up to 8 GPUs: one
+#: stage below these sizes, two stages up to ``CUSTOM_AR_MAX_BYTES`` (vLLM's ``max_size``,
+#: 8 MiB), NCCL's ring above it or over more GPUs.
+ONE_SHOT_MAX_BYTES_2 = 8.0 * 2**20  # two GPUs: always one stage within the custom range
+ONE_SHOT_MAX_BYTES_4 = 512.0 * 2**10
+ONE_SHOT_MAX_BYTES_8 = 256.0 * 2**10
+CUSTOM_AR_MAX_BYTES = 8.0 * 2**20
+CUSTOM_AR_MAX_GPUS = 8
+
+
 @njit(cache=True)
-def ring_allreduce_time(nbytes, group, bw, latency, eff):
-    """Ring all-reduce of ``nbytes`` over ``group`` ranks: 2(n-1)/n · bytes / (eff·bw) + 2(n-1)·lat."""
+def allreduce_time(nbytes, group, bw, latency, eff):
+    """All-reduce of ``nbytes`` over ``group`` ranks as the engines run it.
+
+    One stage (each rank reads every peer's buffer): ``lat + (n-1) · bytes / (eff·bw)``;
+    two stages (reduce-scatter, all-gather): ``2 lat + 2(n-1)/n · bytes / (eff·bw)``; NCCL
+    ring: ``2(n-1) lat + 2(n-1)/n · bytes / (eff·bw)``. ``lat`` is one synchronisation
+    round. The stage count by size and group: the constants above.
+    """
     if group <= 1 or nbytes <= 0.0:
         return 0.0
-    steps = 2.0 * (group - 1)
-    return steps / group * nbytes / (eff * bw) + steps * latency
+    n = float(group)
+    seconds_per_byte = 1.0 / (eff * bw)
+    if group <= CUSTOM_AR_MAX_GPUS and nbytes < CUSTOM_AR_MAX_BYTES:
+        if group == 2:
+            one_shot = ONE_SHOT_MAX_BYTES_2
+        elif group <= 4:
+            one_shot = ONE_SHOT_MAX_BYTES_4
+        else:
+            one_shot = ONE_SHOT_MAX_BYTES_8
+        if nbytes < one_shot:
+            return latency + (n - 1.0) * nbytes * seconds_per_byte
+        return 2.0 * latency + 2.0 * (n - 1.0) / n * nbytes * seconds_per_byte
+    return 2.0 * (n - 1.0) * latency + 2.0 * (n - 1.0) / n * nbytes * seconds_per_byte
 
 
 @njit(cache=True)

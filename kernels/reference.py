@@ -26,11 +26,22 @@ def roofline_time_ref(work, traffic, peak_flops, peak_bw, e_c, e_m):
     return t
 
 
-def ring_allreduce_time_ref(nbytes, group, bw, latency, eff):
-    """Reduce-scatter then all-gather, each n-1 steps moving nbytes/n per step."""
+def allreduce_time_ref(nbytes, group, bw, latency, eff):
+    """The engines' all-reduce algorithm by size, written as data movement per stage:
+    one stage reads the n-1 peers' whole buffers after one barrier; two stages reduce-
+    scatter then all-gather a 1/n shard each to n-1 peers after a barrier each; NCCL's
+    ring runs 2(n-1) steps moving nbytes/n with one latency each."""
     if group <= 1 or nbytes <= 0:
         return 0.0
-    step = nbytes / group / (eff * bw) + latency
+    rate = eff * bw
+    custom = group <= 8 and nbytes < 8 * 2**20
+    one_stage_below = {2: 8 * 2**20, 3: 512 * 1024, 4: 512 * 1024}.get(group, 256 * 1024)
+    if custom and nbytes < one_stage_below:
+        return latency + (group - 1) * nbytes / rate
+    if custom:
+        shard_exchange = (group - 1) * (nbytes / group) / rate
+        return 2 * (latency + shard_exchange)
+    step = nbytes / group / rate + latency
     return 2 * (group - 1) * step
 
 
@@ -128,7 +139,7 @@ def _collective_ref(ops, r, T, prm, e_m):
     """Seconds of a collective row: TP all-reduce of b·T bytes, or the EP all-to-all of the
     busiest rank, which moves f times a rank's mean b·T (this rank's T, not dp·T)."""
     if int(ops[r, K.C_BASIS]) == K.B_ALLREDUCE:
-        return ring_allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP], prm[K.P_COMM_BW],
+        return allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP], prm[K.P_COMM_BW],
                                        prm[K.P_COMM_LAT], e_m)
     busiest = ops[r, K.C_B] * T * prm[K.P_MOE_LOAD]
     return alltoall_time_ref(busiest, prm[K.P_EP], prm[K.P_COMM_BW], prm[K.P_COMM_LAT], e_m)
@@ -221,7 +232,7 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes, q_decode
 
 REFERENCE = {
     "roofline_time": roofline_time_ref,
-    "ring_allreduce_time": ring_allreduce_time_ref,
+    "allreduce_time": allreduce_time_ref,
     "alltoall_time": alltoall_time_ref,
     "attention_request": attention_request_ref,
     "step_time": step_time_ref,

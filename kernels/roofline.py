@@ -14,7 +14,7 @@ The estimator turns a model + parallelism + calibration profile into three array
     ``B_ATTN_DECODE``  requests with 1 new token:          same, over the decode requests
     ``B_SCORES``       eager attention's score matrix:     W = a·S,  Q = b·S  (S = q·k entries)
     ``B_MOE``          routed experts on the busiest rank: W = a·A,  Q = b·A + c·E_active
-    ``B_ALLREDUCE``    ring all-reduce of b·T bytes over the TP group
+    ``B_ALLREDUCE``    all-reduce of b·T bytes over the TP group (engines' algorithm by size)
     ``B_ALLTOALL``     all-to-all of b·T·f bytes over the EP group (busiest rank)
     =================  ===============================================================
 
@@ -44,13 +44,13 @@ from __future__ import annotations
 import numpy as np
 
 from .primitives import (  # noqa: F401  (re-exported: roofline.attention_request, ...)
+    allreduce_time,
     alltoall_time,
     attention_aggregates,
     attention_aggregates_q,
     attention_request,
     expected_active,
     njit,
-    ring_allreduce_time,
     roofline_time,
 )
 
@@ -266,13 +266,14 @@ def _row_phase(basis, phase):
 def _comm_row_time(basis, nbytes, T, prm, e_m):
     """Seconds of one collective row whose bytes per token are ``nbytes``.
 
-    ``B_ALLREDUCE``: ring all-reduce of ``nbytes·T`` over the TP group. ``B_ALLTOALL``: the
-    EP all-to-all waits for the busiest rank, which receives (dispatch) and sends back
-    (combine) ``f`` times a rank's mean: ``nbytes·T·f``, with ``nbytes·T`` = the step's T
+    ``B_ALLREDUCE``: all-reduce of ``nbytes·T`` over the TP group (one stage, two stages
+    or NCCL's ring by size, :func:`allreduce_time`). ``B_ALLTOALL``: the EP all-to-all
+    waits for the busiest rank, which receives (dispatch) and sends back (combine) ``f``
+    times a rank's mean: ``nbytes·T·f``, with ``nbytes·T`` = the step's T
     tokens (one attention-DP rank's) x top-k x h x bytes and ``f = prm[P_MOE_LOAD]``.
     """
     if basis == B_ALLREDUCE:
-        return ring_allreduce_time(nbytes * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
+        return allreduce_time(nbytes * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
     return alltoall_time(nbytes * T * prm[P_MOE_LOAD], prm[P_EP], prm[P_COMM_BW],
                          prm[P_COMM_LAT], e_m)
 
