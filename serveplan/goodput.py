@@ -73,6 +73,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from serveplan.afd_prepared import PreparedAFD
 from serveplan.config import (
     SLO,
     Deployment,
@@ -84,8 +85,9 @@ from serveplan.deployments import PDDeployment, parse_deployment, strategy_name
 from serveplan.fidelity import PreparedDeployment, resolve_fidelity
 from serveplan.goodput_result import GoodputResult, RateCheck
 from serveplan.goodput_stats import Interval, attainment_interval, quantile_interval
-from serveplan.pools_config import Requests, at_most
+from serveplan.pools_config import PoolsDeployment, Requests, at_most, parse_architecture
 from serveplan.queueing.analytic import max_rate
+from serveplan.search_afd import is_afd
 from serveplan.sim.summary import meets_goals
 
 MAX_SEEDS = 1000
@@ -406,7 +408,7 @@ class GoodputConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    deployment: Deployment | PDDeployment
+    deployment: Deployment | PDDeployment | PoolsDeployment
     workload: Workload
     slo: SLO
     seed: int = Field(0, ge=0)
@@ -415,7 +417,12 @@ class GoodputConfig(BaseModel):
     @field_validator("deployment", mode="before")
     @classmethod
     def _arch(cls, v):
-        return parse_deployment(v) if isinstance(v, dict) else v
+        """Colocated and PD in their own form; attention/FFN disaggregation in the pool
+        form (it has no other)."""
+        if not isinstance(v, dict):
+            return v
+        d = parse_architecture(v)
+        return d if is_afd(d) else parse_deployment(d)
 
     @field_validator("workload", mode="before")
     @classmethod
@@ -454,8 +461,9 @@ def run_goodput(cfg: GoodputConfig) -> GoodputResult:
     """Prepare the deployment and find its goodput as ``cfg`` says (a run too large for
     memory is refused first, :func:`serveplan.config.check_simulator_memory`)."""
     o = cfg.goodput
-    prep = PreparedDeployment(cfg.deployment, cfg.workload, seeds=cfg.seeds,
-                              num_requests=o.num_requests, tau=o.tau)
+    kind = PreparedAFD if is_afd(cfg.deployment) else PreparedDeployment
+    prep = kind(cfg.deployment, cfg.workload, seeds=cfg.seeds, num_requests=o.num_requests,
+                tau=o.tau)
     if resolve_fidelity(o.fidelity, prep.deployment) == "iteration":
         pools, prompt, output, hold = _sim_layout(prep)
         check_simulator_memory(pools, prompt, output, prefill_hold=hold)
