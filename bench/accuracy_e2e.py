@@ -79,10 +79,26 @@ def fit_on(rows, resolved, rounds, max_runs=None) -> tuple[RuntimeTerms, dict]:
     return fit.terms, fit.summary()
 
 
-def lomo(rows, resolved, rounds, every=1, max_runs=None):
-    """Leave-one-model-out predictions per engine; engines with one model are not fitted."""
+_SHARED: dict = {}  # rows and resolved deployments, inherited by forked fit workers
+
+
+def _fit_task(task):
+    """One fit of :func:`lomo`: ``(train, test, rounds, max_runs)`` -> (terms, summary,
+    predictions of ``test`` or None)."""
+    train, test, rounds, max_runs = task
+    rows, resolved = _SHARED["rows"], _SHARED["resolved"]
+    terms, summ = fit_on([rows[k] for k in train], [resolved[k] for k in train], rounds,
+                         max_runs)
+    pred = (predict_all([rows[k] for k in test], [resolved[k] for k in test], terms)
+            if test else None)
+    return terms, summ, pred
+
+
+def lomo(rows, resolved, rounds, every=1, max_runs=None, jobs=1):
+    """Leave-one-model-out predictions per engine; engines with one model are not fitted.
+    The fits are independent: ``jobs`` worker processes run them side by side."""
     pred = np.full((len(rows), 2), np.nan)
-    folds, full = [], {}
+    folds, full, tasks, labels = [], {}, [], []
     by_engine = defaultdict(list)
     for k, r in enumerate(rows):
         by_engine[r.engine].append(k)
@@ -94,15 +110,24 @@ def lomo(rows, resolved, rounds, every=1, max_runs=None):
             continue
         for m in models:
             train = [k for k in idx if rows[k].model != m][::every]
-            test = [k for k in idx if rows[k].model == m]
-            terms, summ = fit_on([rows[k] for k in train], [resolved[k] for k in train], rounds,
-                                 max_runs)
-            pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test], terms)
+            tasks.append((train, [k for k in idx if rows[k].model == m], rounds, max_runs))
+            labels.append((engine, m))
+        tasks.append((idx[::every], [], rounds, max_runs))
+        labels.append((engine, None))
+    _SHARED.update(rows=rows, resolved=resolved)
+    if jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            results = pool.map(_fit_task, tasks, chunksize=1)
+    else:
+        results = [_fit_task(t) for t in tasks]
+    for (engine, m), task, (terms, summ, p) in zip(labels, tasks, results, strict=True):
+        if m is None:
+            full[engine] = {**summ, "fitted": True, "terms": terms}
+        else:
+            pred[task[1]] = p
             folds.append({"engine": engine, "held_out": m, **summ})
-        idx_fit = idx[::every]
-        terms, summ = fit_on([rows[k] for k in idx_fit], [resolved[k] for k in idx_fit], rounds,
-                             max_runs)
-        full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full
 
 
@@ -224,6 +249,8 @@ def main() -> None:
                     help="fit on every k-th row of the training set (all rows are predicted)")
     ap.add_argument("--fit-runs", type=int, default=None,
                     help="at most this many distinct runs per fit, evenly spaced (default: all)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes for the leave-one-model-out fits")
     ap.add_argument("--write-profiles", action="store_true")
     ap.add_argument("--no-fit", action="store_true",
                     help="report settings (a) and (b) only: no leave-one-model-out fits "
@@ -245,7 +272,7 @@ def main() -> None:
     folds, full = [], {}
     if not args.no_fit:
         fitted, folds, full = lomo(ok, resolved, args.fit_rounds, args.fit_every,
-                                   args.fit_runs)
+                                   args.fit_runs, args.jobs)
         held_out_check(ok, unfitted, fitted, full)
         preds["engine_fitted_lomo"] = fitted
     stamp = time.strftime("%Y-%m-%d")
