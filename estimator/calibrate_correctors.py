@@ -30,10 +30,10 @@ __all__ = [
 #: Corrector tables fitted per GPU: (family, selection key, values of the key); the MoE
 #: fp8 kernels the oracle prices: :data:`.correctors.MOE_KERNEL_DTYPE`.
 CORRECTOR_PLAN = (
-    ("gemm", "dtype", ("bf16", "fp8")),
+    ("gemm", "dtype", ("bf16", "fp8", "nvfp4")),
     ("attention_prefill", "kv_dtype", ("bf16", "fp8")),
     ("attention_decode", "kv_dtype", ("bf16", "fp8")),
-    ("moe", "dtype", ("bf16", "fp8", "fp8_block")),
+    ("moe", "dtype", ("bf16", "fp8", "fp8_block", "nvfp4")),
     ("allreduce", "phase", ("prefill", "decode")),
     ("alltoall", None, (None,)),
 )

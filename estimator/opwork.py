@@ -23,6 +23,7 @@ from serveplan.kernels import roofline as K
 from .correctors import FAMILY_AXES, FAMILY_FEATURES
 from .ops import MOE_KERNELS, gemm_coeffs, gqa_attention_coeffs, moe_coeffs, moe_routing
 from .profile import FAMILIES, Profile
+from .quantization import TensorFormat
 from .specs import DTYPE_BYTES, GPUSpec
 
 __all__ = [
@@ -42,8 +43,11 @@ COMPUTE_FAMILIES = {"gemm": "gemm", "attention_prefill": "attention",
 #: Collective families the oracle prices (all-reduce, all-to-all).
 COMM_FAMILIES = ("allreduce", "alltoall")
 #: Weight dtypes the oracle can cost -> (bytes per weight, peak FLOP/s key).
+#: NVFP4 weights take their format's bytes (fp8 scales per 16 included) and run on the fp4
+#: tensor cores, as the oracle prices them (:mod:`.quantization`).
 WEIGHT_DTYPES = {"bf16": (2.0, "bf16"), "fp16": (2.0, "fp16"), "fp8": (1.0, "fp8"),
-                 "fp8_block": (1.0, "fp8")}
+                 "fp8_block": (1.0, "fp8"),
+                 "nvfp4": (TensorFormat(kind="nvfp4").bytes_per_element, "fp4")}
 ACT_BYTES = 2.0  # activations are 16-bit, as in the op tables
 DECODE_MAX_TOKENS = 512  # GEMM / MoE rows with at most this many tokens count as decode-sized
 _FAMILY_CODE = {name: i for i, name in enumerate(K.FAMILY_NAMES)}

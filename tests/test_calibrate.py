@@ -115,6 +115,28 @@ def test_op_work_matches_the_op_tables():
                                  + dec[K.C_FIXED], rel=1e-12)
 
 
+def test_nvfp4_rows_are_costed_as_the_oracle_prices_nvfp4_weights():
+    """An NVFP4 GEMM row (B200): 4-bit weights plus one e4m3 scale per 16 elements --
+    0.5 + 1/16 = 0.5625 bytes per weight -- on the fp4 tensor cores (9,000 TFLOP/s dense in
+    the catalog), with exactly the coefficients of an NVFP4 deployment's op row; the shipped
+    B200 profile corrects it with its own NVFP4 table, not bf16's."""
+    from serveplan.estimator.correctors import find_table
+
+    oracle = CostOracle("llama-3.1-8b", "b200", tp=1, dtype="nvfp4")
+    up = oracle.table.ops[oracle.table.names.index("mlp.gate_up_proj")]
+    n, k, m = up[K.C_X1], up[K.C_X2], 24
+    df = _frame([dict(op_family="gemm", gpu="b200", engine="vllm", dtype="nvfp4", m=m, n=n,
+                      k=k, latency_s=1e-5)])
+    w = op_work(df, resolve_gpu("b200"))
+    assert w.work[0] == 2.0 * m * n * k == up[K.C_A] * m
+    assert w.traffic[0] == n * k * 0.5625 + 2.0 * m * (n + k) == up[K.C_B] * m + up[K.C_C]
+    assert w.peak[0] == 9000e12
+    assert find_table(oracle.profile.correctors, "gemm", dtype="nvfp4").select == {
+        "dtype": "nvfp4"}
+    assert find_table(oracle.profile.correctors, "moe", dtype="nvfp4").select == {
+        "dtype": "nvfp4"}
+
+
 def test_fixture_rows_are_costed():
     df = load_aiconfigurator(FIXTURES / "aiconfigurator", systems=["h200"], families=["gemm"],
                              min_rows=0)
