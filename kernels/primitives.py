@@ -14,6 +14,8 @@ than this file, and the simulator's own entries older than either.
 
 from __future__ import annotations
 
+import math
+
 from serveplan.kernels import jit as _njit
 
 
@@ -40,7 +42,9 @@ def roofline_time(work, traffic, peak_flops, peak_bw, e_c, e_m):
 #: The engines' custom all-reduce (vLLM ``csrc/custom_all_reduce.cuh``, which SGLang uses;
 #: TensorRT-LLM's AUTO strategy is alike) within one NVLink domain of up to 8 GPUs: one
 #: stage below these sizes, two stages up to ``CUSTOM_AR_MAX_BYTES`` (vLLM's ``max_size``,
-#: 8 MiB), NCCL's ring above it or over more GPUs.
+#: 8 MiB), NCCL above it or over more GPUs: its ring within a node, its tree (latency
+#: logarithmic in the ranks, as NCCL picks for small messages over many ranks and NVLS keeps
+#: on an NVL72 rack) over more than 8 GPUs.
 ONE_SHOT_MAX_BYTES_2 = 8.0 * 2**20  # two GPUs: always one stage within the custom range
 ONE_SHOT_MAX_BYTES_4 = 512.0 * 2**10
 ONE_SHOT_MAX_BYTES_8 = 256.0 * 2**10
@@ -53,9 +57,10 @@ def allreduce_time(nbytes, group, bw, latency, eff):
     """All-reduce of ``nbytes`` over ``group`` ranks as the engines run it.
 
     One stage (each rank reads every peer's buffer): ``lat + (n-1) · bytes / (eff·bw)``;
-    two stages (reduce-scatter, all-gather): ``2 lat + 2(n-1)/n · bytes / (eff·bw)``; NCCL
-    ring: ``2(n-1) lat + 2(n-1)/n · bytes / (eff·bw)``. ``lat`` is one synchronisation
-    round. The stage count by size and group: the constants above.
+    two stages (reduce-scatter, all-gather): ``2 lat + 2(n-1)/n · bytes / (eff·bw)``; NCCL:
+    ``r lat + 2(n-1)/n · bytes / (eff·bw)`` with ``r = 2(n-1)`` rounds of its ring up to 8
+    GPUs and ``r = 2 ceil(log2 n)`` of its tree beyond. ``lat`` is one synchronisation round.
+    The algorithm by size and group: the constants above.
     """
     if group <= 1 or nbytes <= 0.0:
         return 0.0
@@ -71,7 +76,10 @@ def allreduce_time(nbytes, group, bw, latency, eff):
         if nbytes < one_shot:
             return latency + (n - 1.0) * nbytes * seconds_per_byte
         return 2.0 * latency + 2.0 * (n - 1.0) / n * nbytes * seconds_per_byte
-    return 2.0 * (n - 1.0) * latency + 2.0 * (n - 1.0) / n * nbytes * seconds_per_byte
+    rounds = 2.0 * (n - 1.0)
+    if group > CUSTOM_AR_MAX_GPUS:
+        rounds = 2.0 * math.ceil(math.log2(n))
+    return rounds * latency + 2.0 * (n - 1.0) / n * nbytes * seconds_per_byte
 
 
 @njit(cache=True)

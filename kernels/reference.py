@@ -30,7 +30,9 @@ def allreduce_time_ref(nbytes, group, bw, latency, eff):
     """The engines' all-reduce algorithm by size, written as data movement per stage:
     one stage reads the n-1 peers' whole buffers after one barrier; two stages reduce-
     scatter then all-gather a 1/n shard each to n-1 peers after a barrier each; NCCL's
-    ring runs 2(n-1) steps moving nbytes/n with one latency each."""
+    ring runs 2(n-1) steps moving nbytes/n with one latency each; over more than 8 GPUs
+    NCCL's tree goes up and down a binary tree of depth ceil(log2 n) (one latency a level)
+    and moves what the ring moves."""
     if group <= 1 or nbytes <= 0:
         return 0.0
     rate = eff * bw
@@ -41,8 +43,11 @@ def allreduce_time_ref(nbytes, group, bw, latency, eff):
     if custom:
         shard_exchange = (group - 1) * (nbytes / group) / rate
         return 2 * (latency + shard_exchange)
-    step = nbytes / group / rate + latency
-    return 2 * (group - 1) * step
+    step = nbytes / group / rate
+    if group > 8:
+        depth = int(np.ceil(np.log2(group)))
+        return 2 * depth * latency + 2 * (group - 1) * step
+    return 2 * (group - 1) * (step + latency)
 
 
 def alltoall_time_ref(nbytes, group, bw, latency, eff):

@@ -92,10 +92,14 @@ def test_allreduce_hand():
     # 8 MiB over 4 ranks is NCCL's ring: 2·3/4 · 8388608 / 315e9 = 39.9 µs + 6 · 5 µs
     t = K.allreduce_time(8 * 2**20, 4, 450e9, 5e-6, 0.7)
     assert t == pytest.approx(1.5 * 8 * 2**20 / rate + 30e-6)
-    # 16 ranks (two nodes) are always a ring, however small the message
+    # 16 ranks (two nodes, or 16 GPUs of an NVL72 rack) are NCCL's tree, however small the
+    # message: up and down 4 levels (log2 16), each one round; bytes as the ring's
     t = K.allreduce_time(1024, 16, 450e9, 5e-6, 0.7)
-    assert t == pytest.approx(30 * 5e-6 + 2 * 15 / 16 * 1024 / rate)
+    assert t == pytest.approx(8 * 5e-6 + 2 * 15 / 16 * 1024 / rate)
     assert t == pytest.approx(allreduce_time_ref(1024, 16, 450e9, 5e-6, 0.7))
+    # 64 ranks: 6 levels -- 12 rounds, not a ring's 126
+    t = K.allreduce_time(16384, 64, 900e9, 1e-5, 0.7)
+    assert t == pytest.approx(12e-5 + 2 * 63 / 64 * 16384 / (0.7 * 900e9))
     assert K.allreduce_time(1e6, 1, 450e9, 5e-6, 0.7) == 0.0
 
 
