@@ -203,11 +203,26 @@ def write_shipped(root: Path, out_dir: Path = _PROFILE_DIR, gpus=None,
             log(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB, "
                 f"{len(prof.correctors)} corrector tables)")
     if rows and not gpus and not engines:
-        (out_dir / "PROVENANCE.md").write_text(_provenance_md(rows))
+        md = out_dir / "PROVENANCE.md"
+        md.write_text(_provenance_md(rows, _kept_notes(md)))
     return written
 
 
-def _provenance_md(rows) -> str:
+#: Where ``PROVENANCE.md``'s hand-written notes start; ``--all`` rewrites the table above
+#: this heading and keeps everything from it on.
+NOTES_HEADING = "## Notes"
+
+
+def _kept_notes(path: Path) -> str:
+    """The notes section of an existing ``PROVENANCE.md`` (empty if none)."""
+    if not path.is_file():
+        return ""
+    text = path.read_text()
+    at = text.find(NOTES_HEADING)
+    return text[at:] if at >= 0 else ""
+
+
+def _provenance_md(rows, notes: str = "") -> str:
     lines = [
         "# Shipped calibration profiles",
         "",
@@ -229,7 +244,7 @@ def _provenance_md(rows) -> str:
     ]
     lines += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:,} | {r[5]} | {r[6]} |"
               for r in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + ("\n" + notes if notes else "")
 
 
 def main(argv: list[str] | None = None) -> int:

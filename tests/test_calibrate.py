@@ -216,3 +216,18 @@ def test_shipped_profiles_load_by_default(gpu):
     assert oracle.profile.name == gpu
     # a 64-request decode step on an 8B model: milliseconds, not micro- or whole seconds
     assert 1e-3 < oracle.decode_time(64, 2048) < 0.2
+
+
+def test_refit_keeps_the_provenance_notes(tmp_path):
+    """``calibrate --all`` rewrites PROVENANCE.md's table and keeps its notes section."""
+    from serveplan.estimator.calibrate import NOTES_HEADING, _kept_notes, _provenance_md
+
+    md = tmp_path / "PROVENANCE.md"
+    assert _kept_notes(md) == ""
+    old = _provenance_md([("h100.json", "h100", "vllm", "vllm 0.1", 10, 2, "2026-01-01")])
+    md.write_text(old + f"\n{NOTES_HEADING}\n\nwhy the tables moved\n")
+    new = _provenance_md([("h100.json", "h100", "vllm", "vllm 0.2", 12, 3, "2026-02-02")],
+                         _kept_notes(md))
+    assert "| h100.json | h100 | vllm | vllm 0.2 | 12 | 3 | 2026-02-02 |" in new
+    assert "vllm 0.1" not in new
+    assert new.endswith(f"{NOTES_HEADING}\n\nwhy the tables moved\n")
