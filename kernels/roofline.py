@@ -266,8 +266,8 @@ def _row_phase(basis, phase):
 def _comm_row_time(basis, nbytes, T, prm, e_m):
     """Seconds of one collective row whose bytes per token are ``nbytes``.
 
-    ``B_ALLREDUCE``: all-reduce of ``nbytes·T`` over the TP group (one stage, two stages
-    or NCCL's ring by size, :func:`allreduce_time`). ``B_ALLTOALL``: the EP all-to-all
+    ``B_ALLREDUCE``: all-reduce of ``nbytes·T`` over the TP group (one stage, two stages,
+    NCCL's ring or tree by size and group, :func:`allreduce_time`). ``B_ALLTOALL``: the EP all-to-all
     waits for the busiest rank, which receives (dispatch) and sends back (combine) ``f``
     times a rank's mean: ``nbytes·T·f``, with ``nbytes·T`` = the step's T
     tokens (one attention-DP rank's) x top-k x h x bytes and ``f = prm[P_MOE_LOAD]``.
