@@ -199,6 +199,16 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
     return tier
 
 
+def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: int = 1) -> int:
+    """One attention data-parallel rank's share of a server-wide limit: SGLang divides
+    ``max_running_requests`` and ``chunked_prefill_size`` by ``dp_size`` under
+    ``--enable-dp-attention`` (``TpModelWorker``, ``ServerArgs``; a chunk kept to whole
+    pages of ``page`` tokens); vLLM and TensorRT-LLM give every rank the whole limit."""
+    if rt is None or rt.engine != "sglang" or d.dp == 1:
+        return value
+    return max(page, value // d.dp // page * page)
+
+
 def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeployment:
     """Fill the engine's defaults (vLLM's without an engine) and size the KV cache of one
     instance type (``weights_role: attention``: an attention instance, without the FFN).
@@ -206,7 +216,7 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
     """
     rt = _engine_runtime(d)
-    max_num_seqs = _knob(d, "max_num_seqs", rt)
+    max_num_seqs = _dp_rank_share(rt, d, _knob(d, "max_num_seqs", rt))
     oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
                         dtype=instance_dtype(d), kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
                         max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
@@ -218,13 +228,13 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     chunked = _knob(d, "enable_chunked_prefill", rt) and policy != Policy.PREFILL_PRIORITY
     mnbt = _knob(d, "max_num_batched_tokens", rt) if chunked or "max_num_batched_tokens" in \
         d.model_fields_set else None
-    mnbt = mnbt or (8192 if chunked else max(max_len, 2048))
+    block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
+    mnbt = _dp_rank_share(rt, d, mnbt or (8192 if chunked else max(max_len, 2048)), block_size)
     if not chunked and mnbt < max_len and not scheduler.startswith("trtllm"):  # vLLM only
         raise ValueError(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "
             f"without chunked prefill ({scheduler}) a step must hold a whole prompt; raise "
             f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
-    block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
     num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs,
                                     rt.engine if rt is not None else "vllm", weights_role,
                                     bool(_knob(d, "enable_prefix_caching", rt)))
@@ -293,21 +303,33 @@ class ResolvedPool:
         """Micro-batches one instance keeps in flight: its pipeline stages."""
         return self.config.pp
 
+    @property
+    def dp_ranks(self) -> int:
+        """Attention data-parallel ranks of one instance, each its own scheduler (an
+        attention pool's ``dp`` belongs to its AFD step cost instead)."""
+        return 1 if self.role == Role.ATTENTION else self.config.dp
+
     def spec(self) -> PoolSpec:
         """The pool as the simulator runs it. An instance with ``pp`` pipeline stages keeps
         ``pp`` micro-batches in flight: it runs as ``pp`` virtual engines (as vLLM's
         pipeline-parallel scheduler: one scheduler per virtual engine, each with
         ``num_gpu_blocks // pp`` of the KV blocks and its own ``max_num_seqs``), each step
         priced at the whole pipeline's latency by the oracle -- so throughput grows with
-        ``pp`` while a request's step time does not shrink."""
+        ``pp`` while a request's step time does not shrink.
+
+        An instance with ``dp`` attention data-parallel ranks runs as ``dp`` schedulers in
+        lockstep (:attr:`PoolSpec.lockstep`), each with its own requests, ``max_num_seqs``
+        and KV blocks (the memory plan is per rank), each step priced by the oracle as one
+        rank's (the experts see every rank's tokens, the ranks taken as equally loaded)."""
         fitted = isinstance(self.cost, FittedThroughputCost)
         runtime = None if fitted else self.instance.step_runtime()
         params, pp, tier = self.params, self.virtual_engines, self.instance.cpu_tier
         if pp > 1:
             params = replace(params, num_gpu_blocks=max(params.num_gpu_blocks // pp, 1))
             tier = tier.per_engine(pp) if tier is not None else None
-        return PoolSpec(params, self.cost, self.config.count * pp, self.role, self.gpu_name,
-                        runtime, tier, self.instance.speculative)
+        dp = self.dp_ranks
+        return PoolSpec(params, self.cost, self.config.count * pp * dp, self.role,
+                        self.gpu_name, runtime, tier, self.instance.speculative, lockstep=dp)
 
 
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost,
@@ -481,7 +503,8 @@ def resolve(deployment: AnyDeployment | dict, *, instance=resolve_instance,
         pre, dec = pools
         link = KVLink.from_specs(pre.oracle, dec.oracle, pre.config.count, dec.config.count,
                                  placement=d.placement, bandwidth=d.kv_link_bw,
-                                 latency_s=d.kv_link_latency_s)
+                                 latency_s=d.kv_link_latency_s, prefill_ranks=pre.dp_ranks,
+                                 decode_ranks=dec.dp_ranks)
     if d.architecture == "afd":
         ffn = ffn_pool(d.pool("ffn"), ffn_max_tokens(d, pools[1].params.max_num_seqs))
         pools = (pools[0], replace(pools[1], cost=afd_cost(d, pools[1].oracle, ffn)))

@@ -19,7 +19,7 @@ EngineResult = RunResult
 
 def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
                router: Router | int | str = Router.ROUND_ROBIN, record_steps: int = 1 << 16,
-               max_steps: int | None = None, policy=None) -> RunResult:
+               max_steps: int | None = None, policy=None, lockstep: int = 1) -> RunResult:
     """Simulate ``requests`` on ``num_instances`` colocated instances.
 
     Parameters
@@ -43,6 +43,9 @@ def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
         A Python research scheduler ``policy(ctx)`` filling each batch through a
         :class:`~serveplan.sim.pyhook.SchedulerContext` (``params.policy`` is then
         ignored); slower. The built-in policies never use it.
+    lockstep : int
+        Consecutive instances that step together (attention-DP ranks of one engine,
+        :class:`~serveplan.sim.pools.PoolSpec`).
 
     Raises
     ------
@@ -52,7 +55,7 @@ def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
     """
     if num_instances < 1:
         raise ValueError(f"num_instances must be >= 1, got {num_instances!r}")
-    pool = PoolSpec(params, cost, num_instances, Role.COLOCATED)
+    pool = PoolSpec(params, cost, num_instances, Role.COLOCATED, lockstep=lockstep)
     return run_pools(requests, [pool], router=router, record_steps=record_steps,
                      max_steps=max_steps, policy=policy)
 

@@ -66,7 +66,8 @@ class KVLink:
     @classmethod
     def from_specs(cls, prefill_oracle, decode_oracle, n_prefill: int, n_decode: int, *,
                    placement: str = "packed", bandwidth: float | None = None,
-                   latency_s: float | None = None) -> KVLink:
+                   latency_s: float | None = None, prefill_ranks: int = 1,
+                   decode_ranks: int = 1) -> KVLink:
         """The link of a deployment, from its two cost oracles (model, GPU, parallelism).
 
         KV per token and rank is :func:`~serveplan.estimator.memory.kv_bytes_per_token_layer`
@@ -79,7 +80,9 @@ class KVLink:
         both pools use the same GPU type), ``separate`` starts them on a fresh node. A pair
         of instances whose first GPUs share a node uses the scale-up link (NVLink), else
         the scale-out one. ``bandwidth`` (bytes/s per GPU) and ``latency_s`` override both
-        kinds.
+        kinds. ``prefill_ranks`` / ``decode_ranks``: the attention data-parallel ranks an
+        instance runs as (the simulator's instances; rank r of an instance starts at its
+        ``r * tp * pp``-th GPU).
         """
         from serveplan.estimator.memory import kv_bytes_per_token_layer
 
@@ -108,11 +111,11 @@ class KVLink:
         g_p = po.parallel.tp * po.parallel.pp * po.parallel.dp
         g_d = do.parallel.tp * do.parallel.pp * do.parallel.dp
         gpn = int(gp.gpus_per_node)
-        p_off = np.arange(n_prefill) * g_p
+        p_off = _rank_offsets(n_prefill, g_p, prefill_ranks, po.parallel)
         start = n_prefill * g_p
         if placement == "separate" or gp.name != gd.name:
             start = -(-start // gpn) * gpn
-        d_off = start + np.arange(n_decode) * g_d
+        d_off = start + _rank_offsets(n_decode, g_d, decode_ranks, do.parallel)
         return cls((rank_bytes / up_bw, rank_bytes / out_bw), (up_lat, out_lat), float(total),
                    int(do.model.num_layers), tuple(int(v) for v in p_off // gpn),
                    tuple(int(v) for v in d_off // int(gd.gpus_per_node)))
@@ -131,6 +134,12 @@ class KVLink:
             raise ValueError(f"prefill_nodes / decode_nodes must have {n_prefill} / {n_decode} "
                              f"entries, got {pn.shape} / {dn.shape}")
         return pn, dn
+
+
+def _rank_offsets(n: int, gpus: int, ranks: int, par) -> np.ndarray:
+    """First GPU of each of ``ranks`` ranks of ``n`` instances of ``gpus`` GPUs each."""
+    return (np.arange(n)[:, None] * gpus
+            + np.arange(ranks)[None, :] * par.tp * par.pp).ravel()
 
 
 __all__ = ["KVLink", "rank_kv_bytes_per_token"]

@@ -40,11 +40,15 @@ from .disagg import (
     start_prefill,
 )
 from .handoff import Q_DBASE, Q_DELAY, Q_DPTR, Q_NDELAY
+from .kvcache import num_used
 from .lifecycle import ROLE_DECODE, ROLE_PREFILL, admit, on_arrival, release_round
 from .runtime import next_release_time, pop_release
 from .session_state import pop_session, session_next_time
 from .state import (
+    A_BATCH_TIME,
+    A_BUSY_TIME,
     A_BUSY_UNTIL,
+    A_KV_TIME,
     ERR_MAX_STEPS,
     ERR_STALL,
     G_DONE,
@@ -60,6 +64,8 @@ from .state import (
     I_BUSY,
     I_NRUN,
     I_WLEN,
+    K_GROUP,
+    K_GROUP_SIZE,
     K_POLICY,
     K_ROLE,
     POLICY_PYTHON,
@@ -141,9 +147,41 @@ def _has_work(w, k):
 
 
 @sim_jit_inline
+def _group_busy(w, k):
+    """Whether a member of instance ``k``'s lockstep group is in a step."""
+    g = w.knobs[k, K_GROUP]
+    for j in range(g, g + w.knobs[k, K_GROUP_SIZE]):
+        if w.inst.ist[j, I_BUSY] != 0:
+            return True
+    return False
+
+
+@sim_jit_inline
+def _start_group(w, g, now):
+    """Lockstep group ``g`` (attention data-parallel ranks) starts a step on every member
+    with work; the members meet in every layer's collectives, so all of them end when the
+    slowest does (the wait counts as busy time: the rank's GPU is held)."""
+    inst = w.inst
+    n = w.knobs[g, K_GROUP_SIZE]
+    end = now
+    for j in range(g, g + n):
+        if _has_work(w, j):
+            _role_event(w, j, now, True)
+            if inst.ist[j, I_BUSY] != 0 and inst.acc[j, A_BUSY_UNTIL] > end:
+                end = inst.acc[j, A_BUSY_UNTIL]
+    for j in range(g, g + n):
+        if inst.ist[j, I_BUSY] != 0:
+            wait = end - inst.acc[j, A_BUSY_UNTIL]
+            inst.acc[j, A_BUSY_UNTIL] = end
+            inst.acc[j, A_BUSY_TIME] += wait
+            inst.acc[j, A_BATCH_TIME] += inst.ist[j, I_BATCH] * wait
+            inst.acc[j, A_KV_TIME] += num_used(w.pool, j) * wait
+
+
+@sim_jit_inline
 def _start_idle(w, first, now):
-    """Idle instances ``first..`` with work start a step; returns True if the loop must
-    pause for a Python policy."""
+    """Idle instances ``first..`` with work start a step (a lockstep group once none of its
+    members is in one); returns True if the loop must pause for a Python policy."""
     for k in range(first, w.knobs.shape[0]):
         if w.inst.ist[k, I_BUSY] != 0 or not _has_work(w, k):
             continue
@@ -152,6 +190,10 @@ def _start_idle(w, first, now):
             w.glob[G_PAUSE] = k + 1
             w.clock[0] = now
             return True
+        if w.knobs[k, K_GROUP_SIZE] > 1:
+            if not _group_busy(w, k):
+                _start_group(w, w.knobs[k, K_GROUP], now)
+            continue
         _role_event(w, k, now, True)
     return False
 

@@ -64,6 +64,8 @@ from .state import (
     G_NOPEN,
     G_ROUTER,
     K_COST,
+    K_GROUP,
+    K_GROUP_SIZE,
     K_POLICY,
     K_PREFIX,
     K_ROLE,
@@ -232,12 +234,22 @@ def _layout(pools, n, prompt, output, ignored, delay, hold) -> _Layout:
                    np.array(blocks, dtype=np.int64), max_blocks, queue_cap)
 
 
+def _lockstep_groups(pools, pool_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each instance's lockstep group: its first instance and its size
+    (:attr:`~serveplan.sim.pools.PoolSpec.lockstep`; consecutive instances of a pool)."""
+    index = np.arange(len(pool_of), dtype=np.int64)
+    size = np.array([int(pools[k].lockstep) for k in pool_of], dtype=np.int64)
+    start = np.searchsorted(pool_of, pool_of)  # the pool's first instance (pools in order)
+    return start + (index - start) // size * size, size
+
+
 def _knob_table(pools, lay: _Layout, policy) -> np.ndarray:
     knobs = np.stack([pools[k].params.knob_row() for k in lay.pool_of])
     knobs[:, K_ROLE] = [int(loop_role(pools[k].role)) for k in lay.pool_of]
     knobs[:, K_COST] = lay.pool_of
     knobs[:, K_SLOTS] = lay.slots
     knobs[:, K_SPEC_TOKENS], knobs[:, K_SPEC_LOOKAHEAD] = spec_knobs(pools, lay.pool_of)
+    knobs[:, K_GROUP], knobs[:, K_GROUP_SIZE] = _lockstep_groups(pools, lay.pool_of)
     decode = knobs[:, K_ROLE] == int(Role.DECODE)
     knobs[decode, K_PREFIX] = 0  # decode instances receive KV; they do not share prefixes
     if policy is not None:
@@ -388,8 +400,7 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     pools = tuple(pools)
     pd = _check_roles(pools, handoff) != "colocated"
     h = (handoff or Handoff()) if pd else None
-    if policy is not None and pd:
-        raise ValueError("a Python policy schedules colocated instances only")
+    _check_python_policy(policy, pools, pd)
     code = _entry_router(router, pd)
     world, lay, w = _build_world(requests, pools, h, code, policy, record_steps, max_steps,
                                  frontend, scheduler_knobs or SchedulerKnobs(), entry_sibyl)
@@ -408,6 +419,16 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     return RunResult(world=world, pools=pools, handoff=h, pool_of=lay.pool_of,
                      output_requested=w.output_req, ignored=w.ignored, router=str(router),
                      sessions=requests.sessions)
+
+
+def _check_python_policy(policy, pools, pd: bool) -> None:
+    if policy is None:
+        return
+    if pd:
+        raise ValueError("a Python policy schedules colocated instances only")
+    if any(p.lockstep > 1 for p in pools):
+        raise ValueError("a Python policy schedules instances one at a time; it cannot drive "
+                         "attention-DP ranks in lockstep (give lockstep 1)")
 
 
 @dataclass

@@ -11,6 +11,7 @@ from .state import (
     K_ASYNC,
     K_BLOCK,
     K_CHUNKED,
+    K_GROUP_SIZE,
     K_LONG_PREFILL,
     K_MAX_MODEL_LEN,
     K_MAX_SEQS,
@@ -99,6 +100,7 @@ class EngineParams:
         row[K_MULTI_STEP] = self.num_scheduler_steps
         row[K_MIXED_CHUNK] = int(self.enable_mixed_chunk)
         row[K_NEW_TOKEN_RATIO] = round(self.new_token_ratio * 1000)
+        row[K_GROUP_SIZE] = 1
         return row
 
 

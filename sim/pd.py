@@ -7,6 +7,8 @@ convenience entry point. The events of the request path are in :mod:`serveplan.s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .costs import FittedThroughputCost, prefill_seconds
 from .kvlink import KVLink
 from .loop_api import RunResult, run_pools
@@ -42,9 +44,7 @@ def run_pd(requests, prefill: PoolSpec, decode: PoolSpec, *, link: KVLink | None
                       prefill_stage=prefill_stage, sibyl_delta=sibyl_delta,
                       sibyl_alpha=sibyl_alpha, sibyl_max_length=sibyl_max_length,
                       pending_capacity=pending_capacity, prefill_hold=prefill_hold)
-    pools = [PoolSpec(prefill.params, prefill.cost, prefill.num_instances, Role.PREFILL,
-                      prefill.gpu),
-             PoolSpec(decode.params, decode.cost, decode.num_instances, Role.DECODE, decode.gpu)]
+    pools = [replace(prefill, role=Role.PREFILL), replace(decode, role=Role.DECODE)]
     return run_pools(requests, pools, router=prefill_router, handoff=handoff,
                      record_steps=record_steps, max_steps=max_steps)
 

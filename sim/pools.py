@@ -56,7 +56,13 @@ class PoolSpec:
     (:class:`~serveplan.sim.runtime.StepRuntime`; default none). ``cpu_tier`` is each
     instance's CPU KV tier (:class:`~serveplan.sim.cpu_tier.CPUTier`; default none).
     ``speculative``: the pool's speculative decoding
-    (:class:`~serveplan.sim.speculative.SpecDecode`; default none).
+    (:class:`~serveplan.sim.speculative.SpecDecode`; default none). ``lockstep``: the
+    instances step in consecutive groups of this many -- the attention data-parallel ranks
+    of one engine (vLLM ``--data-parallel-size``, SGLang ``--enable-dp-attention``,
+    TensorRT-LLM ``enable_attention_dp``): each rank holds its own requests and KV cache,
+    but the ranks meet in every layer's MoE collectives, so a step of the group starts on
+    every rank with work at once and ends when its slowest rank does (default 1: each
+    instance steps on its own).
     """
 
     params: object  # serveplan.sim.engine.EngineParams
@@ -67,10 +73,15 @@ class PoolSpec:
     runtime: object = None  # serveplan.sim.runtime.StepRuntime
     cpu_tier: object = None  # serveplan.sim.cpu_tier.CPUTier
     speculative: object = None  # serveplan.sim.speculative.SpecDecode (colocated, decode)
+    lockstep: int = 1
 
     def __post_init__(self) -> None:
         if int(self.num_instances) != self.num_instances or self.num_instances < 1:
             raise ValueError(f"num_instances must be an integer >= 1, got {self.num_instances!r}")
+        if int(self.lockstep) != self.lockstep or self.lockstep < 1 or \
+                self.num_instances % self.lockstep:
+            raise ValueError(f"lockstep must be an integer >= 1 that divides num_instances "
+                             f"({self.num_instances}), got {self.lockstep!r}")
         object.__setattr__(self, "role", Role(self.role))
 
     @property

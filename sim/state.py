@@ -118,10 +118,15 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 # K_NEW_TOKEN_RATIO: SGLang's initial ``new_token_ratio`` in thousandths.
 # K_SPEC_TOKENS: speculative decoding's num_speculative_tokens (0: off); K_SPEC_LOOKAHEAD:
 # KV slots reserved past a verify step for the drafter (vLLM's num_lookahead_tokens).
+# K_GROUP, K_GROUP_SIZE: the first instance and the size of the lockstep group the instance
+# belongs to (the attention data-parallel ranks of one engine, which start their steps
+# together and end them with the slowest, serveplan.sim.loop); a lone instance is its own
+# group of one.
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
  K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS, K_ASYNC, K_MULTI_STEP,
- K_MIXED_CHUNK, K_NEW_TOKEN_RATIO, K_SPEC_TOKENS, K_SPEC_LOOKAHEAD) = range(19)
-N_KNOBS = 19
+ K_MIXED_CHUNK, K_NEW_TOKEN_RATIO, K_SPEC_TOKENS, K_SPEC_LOOKAHEAD, K_GROUP,
+ K_GROUP_SIZE) = range(21)
+N_KNOBS = 21
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
 # whose Python policy must fill the next batch (0: not paused). G_STOP_DONE > 0: the loop
