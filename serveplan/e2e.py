@@ -6,8 +6,9 @@ source column; ``batch_size`` where it is missing), each sending its next reques
 tokens in, exactly ``osl`` out) when the previous one finished; ``20 x concurrency``
 measured requests after ``2 x concurrency`` warm-up requests; medians of TTFT (client side)
 and TPOT = (E2E - TTFT) / (osl - 1). The engine flags follow the generator's rules
-(``methodology/*.rule``): ``max_num_seqs = batch_size`` per worker and ``concurrency /
-batch_size`` agg workers behind a round-robin router, a token budget of ``batch_size + isl
+(``methodology/*.rule``): ``max_num_seqs = batch_size`` per worker (per attention-DP rank)
+and ``concurrency / (batch_size x dp)`` agg workers behind a round-robin router (the ranks
+of one worker behind the engine's DP dispatch, :data:`~serveplan.e2e_disagg.DP_DISPATCH`), a token budget of ``batch_size + isl
 + 1500`` (TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``,
 prefix caching off, CUDA graphs for every batch size. The served checkpoint and its
 precision come from :mod:`serveplan.e2e_served`, disaggregated rows from
@@ -31,9 +32,12 @@ import numpy as np
 
 from serveplan.e2e_disagg import (
     DEFAULT_BLOCK,
+    DP_DISPATCH,
     TRTLLM_BLOCK,
     disagg_pools,
     disagg_reason,
+    layout_reason,
+    moe_fields,
     token_budget,
 )
 from serveplan.e2e_served import is_mla, served
@@ -139,30 +143,34 @@ def load_rows(path: str | Path) -> list[E2ERow]:
 
 
 def _agg_workers(row: E2ERow) -> int | str:
-    """Agg workers: ``concurrency / batch_size`` (the generator's rule), or why not."""
-    if row.batch_size is None or row.concurrency <= row.batch_size:
+    """Agg workers: ``concurrency / (batch_size x dp)`` (the generator's rule; ``batch_size``
+    is per attention-DP rank), or why not."""
+    per_worker = (row.batch_size or 0) * row.dp  # 0: not recorded
+    if per_worker == 0 or row.concurrency <= per_worker:
         return 1
-    if row.concurrency % row.batch_size:
+    if row.concurrency % per_worker:
         return (f"agg worker count unknown (concurrency {row.concurrency} is not a multiple "
-                f"of max_batch_size {row.batch_size})")
-    return row.concurrency // row.batch_size
+                f"of max_batch_size x attention DP {per_worker})")
+    return row.concurrency // per_worker
 
 
 def _topology_reason(row: E2ERow, model: str) -> str | None:
     """Why the row's workers cannot be laid out, or None."""
     if row.mode != "agg":
         reason = disagg_reason(row)
-        workers = () if reason else ((row.prefill.tp, row.prefill.pp),
-                                     (row.decode.tp, row.decode.pp))
+        workers = () if reason else tuple((r.tp, r.pp, r.ep)
+                                          for r in (row.prefill, row.decode))
     else:
-        if row.dp > 1 or row.ep > 1:
-            return "attention DP / expert parallel rows (EP stragglers not modelled)"
         count = _agg_workers(row)
-        reason = count if isinstance(count, str) else None
-        workers = ((row.tp, row.pp),)
-    for tp, pp in workers:
+        reason = layout_reason(row.tp, row.dp, row.ep) or (
+            count if isinstance(count, str) else None)
+        workers = ((row.tp, row.pp, row.ep),)
+    spec = resolve_model(model)
+    for tp, pp, ep in workers:
+        if ep > 1 and not spec.is_moe:
+            return f"expert parallelism (moe_ep {ep}) on a dense model"
         try:
-            Parallelism(tp=tp, pp=pp).check_model(resolve_model(model))
+            Parallelism(tp=tp, pp=pp).check_model(spec)
         except SpecError:
             return ("recorded tp does not divide the attention heads (not one TP worker; "
                     "the row's layout cannot be rebuilt)")
@@ -223,8 +231,10 @@ def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
     budget = token_budget(row.engine, seqs + row.isl + 1500,
                           base.get("block_size", DEFAULT_BLOCK))
     pool = {**base, "role": "colocated", "tp": row.tp, "pp": row.pp, "count": _agg_workers(row),
-            "max_num_seqs": seqs, "max_num_batched_tokens": budget}
-    return {"pools": [pool]}
+            "max_num_seqs": seqs, "max_num_batched_tokens": budget,
+            **moe_fields(row.tp, row.dp, row.ep)}
+    router = {"router": DP_DISPATCH[row.engine]} if row.dp > 1 else {}
+    return {"pools": [pool], **router}
 
 
 def closed_loop(row: E2ERow, rounds: int = WARMUP_ROUNDS + MEASURED_ROUNDS) -> Requests:

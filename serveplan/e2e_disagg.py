@@ -17,19 +17,22 @@ instances, with the generator's per-role flags (``methodology/*.rule``):
 The KV cache moves from the prefill to the decode instance over serveplan's default link
 for the pair (NVLink inside a node or NVL72 rack, else the scale-out NIC; nixl in the
 generator), the handoff router's defaults (``round-robin`` decode routing, early
-assignment) stand for Dynamo's. Rows whose workers use attention data parallelism or
-expert parallelism are refused (EP is modelled elsewhere), and so are rows that do not
-record the worker counts and batch sizes (the ``2026_03_25`` / ``2026_04_06`` dumps):
-their deployment cannot be rebuilt from the row.
+assignment) stand for Dynamo's. A role with attention data parallelism runs ``dp`` ranks
+of ``batch_size`` requests each (:func:`layout_reason` says which expert layouts are
+refused), and rows that do not record the worker counts and batch sizes (the
+``2026_03_25`` / ``2026_04_06`` dumps) are refused: their deployment cannot be rebuilt.
 """
 
 from __future__ import annotations
 
-__all__ = ["TRTLLM_BLOCK", "disagg_pools", "disagg_reason", "token_budget"]
+__all__ = ["TRTLLM_BLOCK", "disagg_pools", "disagg_reason", "layout_reason", "moe_fields",
+           "DP_DISPATCH",
+           "token_budget"]
 
 TRTLLM_BLOCK = 32
 """TensorRT-LLM's ``tokens_per_block`` in the generator's rule (budgets are multiples)."""
-DP_EP = "disaggregated with attention DP / expert parallel workers (EP not modelled)"
+MOE_TP_EP = ("MoE tensor x expert parallel mixed (moe_tp > 1 with moe_ep > 1, or MoE tensor "
+             "parallel across attention-DP ranks) not modelled")
 UNRECORDED = "disaggregated: worker counts and batch sizes not recorded"
 
 
@@ -48,11 +51,36 @@ def token_budget(engine: str, tokens: int, page: int = 1) -> int:
     return tokens
 
 
+def layout_reason(tp: int, dp: int, ep: int) -> str | None:
+    """Why a worker of ``tp`` x ``dp`` (attention) ranks with ``moe_ep = ep`` cannot be
+    laid out, or None. serveplan's expert parallelism puts whole experts on the ``ep``
+    ranks, so ``ep`` must span every GPU of the worker (``moe_tp = 1``); with ``ep = 1``
+    attention DP would need the experts sharded over all ``tp x dp`` GPUs."""
+    if (dp > 1 or ep > 1) and ep != tp * dp:
+        return MOE_TP_EP
+    return None
+
+
+def moe_fields(tp: int, dp: int, ep: int) -> dict:
+    """A pool's ``dp`` / ``ep`` fields (none for a plain tensor-parallel worker)."""
+    return {"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {}
+
+
+DP_DISPATCH = {"vllm": "least-requests", "sglang": "round-robin",
+               "trtllm": "least-outstanding-tokens"}
+"""How each engine spreads requests over its attention-DP ranks, as a colocated router:
+vLLM's DP coordinator scores ``4 x waiting + running``; SGLang's data-parallel controller
+goes round robin (its default ``load_balance_method``); TensorRT-LLM's request queue gives
+each new request to the rank with the fewest active tokens."""
+
+
 def disagg_reason(row) -> str | None:
     """Why the disaggregated ``row`` cannot be laid out as PD pools, or None."""
     roles = (row.prefill, row.decode)
-    if any(r.dp > 1 or r.ep > 1 for r in roles):
-        return DP_EP
+    for r in roles:
+        reason = layout_reason(r.tp, r.dp, r.ep)
+        if reason:
+            return "disaggregated: " + reason
     if any(r.workers is None or r.batch is None for r in roles):
         return UNRECORDED
     return None
@@ -67,7 +95,9 @@ def disagg_pools(row, base: dict) -> dict:
     decode_budget = (token_budget(row.engine, d.batch) if row.engine == "vllm"
                      else prefill_budget)
     prefill = {**base, "role": "prefill", "tp": p.tp, "pp": p.pp, "count": p.workers,
-               "max_num_seqs": p.batch, "max_num_batched_tokens": prefill_budget}
+               "max_num_seqs": p.batch, "max_num_batched_tokens": prefill_budget,
+               **moe_fields(p.tp, p.dp, p.ep)}
     decode = {**base, "role": "decode", "tp": d.tp, "pp": d.pp, "count": d.workers,
-              "max_num_seqs": d.batch, "max_num_batched_tokens": decode_budget}
+              "max_num_seqs": d.batch, "max_num_batched_tokens": decode_budget,
+              **moe_fields(d.tp, d.dp, d.ep)}
     return {"pools": [prefill, decode]}

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from serveplan.e2e import E2ERow, Role, deployment, expressible, load_rows, resolve_row
-from serveplan.e2e_disagg import DP_EP, UNRECORDED
+from serveplan.e2e_disagg import MOE_TP_EP, UNRECORDED
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.errors import SpecError
 from serveplan.pools_config import InstanceConfig
@@ -124,8 +124,8 @@ def test_minimax_fp4_reads_nvidias_checkpoint(aic):
 @pytest.mark.parametrize("kw,reason", [
     (dict(model="zhipuai/GLM-5", engine="sglang"), "DeepSeek sparse attention"),
     (dict(model="openai/gpt-oss-120b", precision="fp8"), "fp8 checkpoint of openai/gpt-oss"),
-    (dict(tp=4, ep=4), "attention DP / expert parallel"),
-    (dict(tp=1, dp=8, ep=8), "attention DP / expert parallel"),
+    (dict(tp=8, ep=4), "MoE tensor x expert parallel mixed"),      # moe_tp 2 x moe_ep 4
+    (dict(tp=1, dp=4, ep=1), "MoE tensor x expert parallel mixed"),    # experts over DP ranks
     (dict(system="gb200", tp=36), "does not divide the attention heads"),
     (dict(concurrency=24, batch_size=16), "agg worker count unknown"),
 ])
@@ -144,6 +144,8 @@ def test_rows_still_refused_say_why(aic, kw, reason):
          moe_quant="fp8"),
     dict(engine="vllm", model="openai/gpt-oss-120b", precision="fp4", gemm_quant="",
          moe_quant="mxfp4", tp=2),
+    dict(tp=4, ep=4),                                          # TP 4 attention, EP 4 experts
+    dict(tp=1, dp=8, ep=8, concurrency=128),                   # wide EP: attention DP 8
 ])
 def test_newly_expressible_rows(aic, kw):
     assert expressible(_row(**kw), aic) is None
@@ -169,6 +171,23 @@ def test_agg_workers_from_concurrency_over_batch(aic):
     assert (pool["count"], pool["max_num_seqs"]) == (2, 144)
 
 
+def test_attention_dp_rows_are_one_worker_of_dp_ranks(aic):
+    """The generator's concurrency is agg_workers x max_batch_size x attention DP (vLLM
+    MiniMax-M2.5, tp 2 x dp 2, ep 4: batch 64 and 128 clients in the CSV): one worker of two
+    ranks, each with max_num_seqs 64, behind vLLM's DP balancer (4 x waiting + running)."""
+    row = _row(engine="vllm", model="MiniMaxAI/MiniMax-M2.5", precision="fp8", tp=2, dp=2,
+               ep=4, concurrency=128, batch_size=64)
+    assert expressible(row, aic) is None
+    config = deployment(row, aic)
+    pool = config["pools"][0]
+    assert (pool["count"], pool["max_num_seqs"], pool["dp"], pool["ep"]) == (1, 64, 2, 4)
+    assert config["router"] == "least-requests"
+    spec = resolve_row(row, aic).pools[0].spec()
+    assert (spec.num_instances, spec.lockstep, spec.params.max_num_seqs) == (2, 2, 64)
+    two = deployment(replace(row, concurrency=256), aic)["pools"][0]
+    assert two["count"] == 2
+
+
 def _disagg(prefill: Role, decode: Role, **kw) -> E2ERow:
     return _row(mode="disagg", tp=1, batch_size=None, prefill=prefill, decode=decode, **kw)
 
@@ -190,25 +209,34 @@ def test_disaggregated_rows_become_pd_pools(aic):
 
 
 def test_disaggregated_refusals(aic):
-    ep = _disagg(Role(1, 1, 4, 1, 1, 4), Role(1, 8, 8, 1, 1, 1))
-    assert expressible(ep, aic) == DP_EP
+    mixed = _disagg(Role(1, 1, 8, 1, 1, 4), Role(1, 8, 8, 1, 1, 1))
+    assert expressible(mixed, aic) == "disaggregated: " + MOE_TP_EP
+    wide = _disagg(Role(1, 1, 4, 1, 1, 4), Role(1, 8, 1, 1, 8, 8))
+    assert expressible(wide, aic) is None
+    assert deployment(wide, aic)["pools"][1]["dp"] == 8
     unrecorded = _disagg(Role(None, None, 8, 1, 1, 1), Role(None, None, 8, 1, 1, 1))
     assert expressible(unrecorded, aic) == UNRECORDED
 
 
-def test_disagg_dp_ep_count_matches_the_csv_columns(aic):
+def test_disagg_mixed_moe_count_matches_the_csv_columns(aic):
     """Independently of the code's row model: disagg rows of a modelled architecture whose
-    prefill or decode columns show attention DP or EP > 1 are exactly the DP/EP refusals."""
+    prefill or decode columns show MoE tensor and expert parallelism mixed (moe_tp > 1 with
+    moe_ep > 1), or attention DP over tensor-parallel experts, are exactly those refusals."""
     modelled = {"deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2.5",
                 "nvidia/Qwen3-32B-NVFP4"}
-    cols = [f"{r}_{c}" for r in ("prefill", "decode")
-            for c in ("attention_dp_size", "moe_ep_size")]
+
+    def mixed(r, role):
+        tp, dp, mtp, mep = (float(r[f"{role}_{c}"] or 1) for c in (
+            "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
+        return (mep > 1 and mtp > 1) or (dp > 1 and mep == 1)
+
     with open(aic / "silicon_blackwell.csv", newline="") as fh:
         expected = {r["id"] for r in csv.DictReader(fh) if r["mode"] == "disagg"
                     and r["model_path"] in modelled
-                    and any(float(r[c] or 1) > 1 for c in cols)}
+                    and (mixed(r, "prefill") or mixed(r, "decode"))}
     got = {r.id for r in load_rows(aic / "silicon_blackwell.csv")
-           if r.mode == "disagg" and r.model in modelled and expressible(r, aic) == DP_EP}
+           if r.mode == "disagg" and r.model in modelled
+           and expressible(r, aic) == "disaggregated: " + MOE_TP_EP}
     assert got == expected and len(expected) > 0
 
 
