@@ -53,14 +53,38 @@ def unique_runs(rows):
     return first, np.array(which, dtype=np.int64)
 
 
-def predict_all(rows, resolved, terms=None, rounds=20) -> np.ndarray:
-    """Median TTFT and TPOT (ms) of every row, each distinct simulation run once."""
+_SHARED: dict = {}  # rows and resolved deployments, inherited by forked workers
+
+
+def _fork_map(fn, tasks, jobs: int) -> list:
+    """``[fn(t) for t in tasks]``, on ``jobs`` forked worker processes when ``jobs > 1``
+    (they inherit :data:`_SHARED`)."""
+    if jobs <= 1 or len(tasks) < 2:
+        return [fn(t) for t in tasks]
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.map(fn, tasks, chunksize=1)
+
+
+def _predict_task(task):
+    """One simulation of :func:`predict_all`: ``(k, terms, rounds)``; ``terms`` None runs
+    the row's deployment as resolved, ``"gpu"`` without the engine runtime."""
+    k, terms, rounds = task
+    rows, resolved = _SHARED["rows"], _SHARED["resolved"]
+    if terms == "gpu":
+        return simulate_row(rows[k], _SHARED["data"], engine=False, measured_rounds=rounds)
+    res = with_terms(resolved[k], terms) if terms is not None else resolved[k]
+    return simulate_row(rows[k], resolved=res, measured_rounds=rounds)
+
+
+def predict_all(rows, resolved, terms=None, rounds=20, jobs=1, data=None) -> np.ndarray:
+    """Median TTFT and TPOT (ms) of every row, each distinct simulation run once (on
+    ``jobs`` processes; ``terms="gpu"``: the GPU steps alone, resolved from ``data``)."""
     first, which = unique_runs(rows)
-    out = np.zeros((len(first), 2))
-    for u, k in enumerate(first):
-        res = with_terms(resolved[k], terms) if terms is not None else resolved[k]
-        out[u] = simulate_row(rows[k], resolved=res, measured_rounds=rounds)
-    return out[which]
+    _SHARED.update(rows=rows, resolved=resolved, data=data)
+    out = _fork_map(_predict_task, [(k, terms, rounds) for k in first], jobs)
+    return np.array(out, dtype=float).reshape(len(first), 2)[which]
 
 
 def fit_on(rows, resolved, rounds, max_runs=None) -> tuple[RuntimeTerms, dict]:
@@ -79,14 +103,11 @@ def fit_on(rows, resolved, rounds, max_runs=None) -> tuple[RuntimeTerms, dict]:
     return fit.terms, fit.summary()
 
 
-_SHARED: dict = {}  # rows and resolved deployments, inherited by forked fit workers
-
-
 def _fit_task(task):
     """One fit of :func:`lomo`: ``(train, test, rounds, max_runs)`` -> (terms, summary,
     predictions of ``test`` or None)."""
     train, test, rounds, max_runs = task
-    rows, resolved = _SHARED["rows"], _SHARED["resolved"]
+    rows, resolved = _SHARED["fit_rows"], _SHARED["fit_resolved"]
     terms, summ = fit_on([rows[k] for k in train], [resolved[k] for k in train], rounds,
                          max_runs)
     pred = (predict_all([rows[k] for k in test], [resolved[k] for k in test], terms)
@@ -114,14 +135,8 @@ def lomo(rows, resolved, rounds, every=1, max_runs=None, jobs=1):
             labels.append((engine, m))
         tasks.append((idx[::every], [], rounds, max_runs))
         labels.append((engine, None))
-    _SHARED.update(rows=rows, resolved=resolved)
-    if jobs > 1:
-        import multiprocessing
-
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            results = pool.map(_fit_task, tasks, chunksize=1)
-    else:
-        results = [_fit_task(t) for t in tasks]
+    _SHARED.update(fit_rows=rows, fit_resolved=resolved)
+    results = _fork_map(_fit_task, tasks, jobs)
     for (engine, m), task, (terms, summ, p) in zip(labels, tasks, results, strict=True):
         if m is None:
             full[engine] = {**summ, "fitted": True, "terms": terms}
@@ -250,7 +265,8 @@ def main() -> None:
     ap.add_argument("--fit-runs", type=int, default=None,
                     help="at most this many distinct runs per fit, evenly spaced (default: all)")
     ap.add_argument("--jobs", type=int, default=1,
-                    help="worker processes for the leave-one-model-out fits")
+                    help="worker processes for the simulations and the leave-one-model-out "
+                         "fits")
     ap.add_argument("--write-profiles", action="store_true")
     ap.add_argument("--no-fit", action="store_true",
                     help="report settings (a) and (b) only: no leave-one-model-out fits "
@@ -266,8 +282,8 @@ def main() -> None:
     resolved_u = [resolve_row(ok[k], args.data) for k in first]
     resolved = [resolved_u[w] for w in which]
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
-    gpu_only = np.array([simulate_row(ok[k], args.data, engine=False) for k in first])[which]
-    unfitted = predict_all(ok, resolved, RuntimeTerms())
+    gpu_only = predict_all(ok, resolved, "gpu", jobs=args.jobs, data=args.data)
+    unfitted = predict_all(ok, resolved, RuntimeTerms(), jobs=args.jobs)
     preds = {"gpu_only": gpu_only, "engine_unfitted": unfitted}
     folds, full = [], {}
     if not args.no_fit:
