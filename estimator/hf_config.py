@@ -18,7 +18,7 @@ __all__ = ["SUPPORTED_TYPES", "model_fields"]
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "opt", "mixtral",
                    "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "minimax_m2",
-                   "gpt_oss", "qwen3_next", "qwen3_5_moe_text")
+                   "gpt_oss", "qwen3_next", "qwen3_5_moe_text", "deepseek_v32", "glm_moe_dsa")
 """``model_type`` values read with their own layout (others with Llama-like field names are
 read as dense GQA decoders)."""
 
@@ -30,7 +30,7 @@ _TORCH_DTYPES = {
     "float": "fp32",
 }
 _TIED_BY_DEFAULT = ("opt", "gemma", "gemma2")
-_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 
 
 class _Config:
@@ -177,7 +177,9 @@ def _qwen_shared_expert(c: _Config, moe_layers: int) -> dict:
 
 def _deepseek(c: _Config, layers: int) -> dict:
     """DeepSeek-V2/V3 (and Kimi-K2): MLA attention, shared plus routed experts after the
-    first ``first_k_dense_replace`` dense layers."""
+    first ``first_k_dense_replace`` dense layers. DeepSeek-V3.2 and GLM-5 add sparse
+    attention: a lightning indexer (``index_n_heads`` x ``index_head_dim``) picks the
+    ``index_topk`` cached tokens each query attends to."""
     first_dense = int(c.get("first_k_dense_replace", 0))
     freq = int(c.get("moe_layer_freq", 1) or 1)
     moe_inter = c.need("moe_intermediate_size")
@@ -198,4 +200,7 @@ def _deepseek(c: _Config, layers: int) -> dict:
         qk_rope_head_dim=c.need("qk_rope_head_dim"),
         v_head_dim=c.need("v_head_dim"),
         num_nextn_predict_layers=int(c.get("num_nextn_predict_layers") or 0),
+        index_topk=int(c.get("index_topk") or 0),
+        index_n_heads=int(c.get("index_n_heads") or 0),
+        index_head_dim=int(c.get("index_head_dim") or 0),
     )

@@ -32,7 +32,7 @@ from serveplan.kernels import roofline as K
 from .catalog import resolve_gpu, resolve_model
 from .hybrid_memory import StageLayers, stage_layers, vllm_hybrid_plan
 from .linear_attention import CHUNK, linear_dims
-from .ops import MOD_EMBED, MOD_FFN, MOD_FNORM, MOD_HEAD, MOD_SAMPLE, build_ops
+from .ops import MOD_EMBED, MOD_FFN, MOD_FNORM, MOD_HEAD, MOD_SAMPLE, build_ops, index_key_bytes
 from .profile import Profile, load_profile
 from .quantization import Quantization, resolve_quantization
 from .specs import DTYPE_BYTES, GPUSpec, ModelSpec, Parallelism, SpecError
@@ -155,8 +155,9 @@ def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_dtype: str | None = N
     SGLang's and TensorRT-LLM's per-token cell is the same product). ``kv_dtype`` defaults
     to the checkpoint's KV cache dtype."""
     b = DTYPE_BYTES[kv_dtype or model.quantization.kv_cache]
-    if model.attention == "mla":
-        return float((model.kv_lora_rank + model.qk_rope_head_dim) * b)
+    if model.attention == "mla":  # the latent, and sparse attention's indexer key
+        return float((model.kv_lora_rank + model.qk_rope_head_dim) * b
+                     + index_key_bytes(model))
     return float(2 * max(1, model.num_kv_heads // tp) * model.head_dim * b)
 
 

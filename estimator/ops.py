@@ -380,11 +380,47 @@ def _mla(b, model, par, act, kvb):
     b.gemm("kv_b_proj", A, hq * (nope + v), lora_kv, act, "qkv")
     latent = (lora_kv + rope) * kvb  # one cached token, not split by TP
     b.add("kv_cache_write", A, K.B_TOKENS, b=latent + (lora_kv + rope) * act)
+    if model.index_topk:
+        _dsa_indexer(b, model, act)
+    top = float(model.index_topk)  # sparse attention reads the top-k tokens (0: all)
     b.add("attn_prefill", A, K.B_ATTN_PREFILL, a=2 * hq * (nope + rope) + 2 * hq * v,
-          b=hq * (nope + rope + v) * act, c=hq * (nope + rope + v) * act, family=K.F_ATTN)
+          b=hq * (nope + rope + v) * act, c=hq * (nope + rope + v) * act, family=K.F_ATTN,
+          window=top)
     b.add("attn_decode", A, K.B_ATTN_DECODE, a=2 * hq * (lora_kv + rope) + 2 * hq * lora_kv,
-          b=latent, c=2 * hq * (lora_kv + rope) * act, family=K.F_ATTN)
+          b=latent, c=2 * hq * (lora_kv + rope) * act, family=K.F_ATTN, window=top)
     b.gemm("o_proj", A, h, hq * v, act, "o_proj")
+
+
+INDEX_KEY_BYTES = 1.0  # the indexer's key cache: fp8 ...
+INDEX_SCALE_BYTES = 4.0  # ... with one fp32 scale per 128-wide key (vLLM, SGLang)
+
+
+def index_key_bytes(model) -> float:
+    """Bytes one cached token's indexer key takes in one layer (0 without sparse attention):
+    fp8 values plus an fp32 scale per 128 (DeepSeek-V3.2's and GLM-5's ``index_head_dim``
+    of 128: 132 bytes)."""
+    if not model.index_topk:
+        return 0.0
+    d = model.index_head_dim
+    return d * INDEX_KEY_BYTES + -(-d // 128) * INDEX_SCALE_BYTES
+
+
+def _dsa_indexer(b, model, act):
+    """DeepSeek sparse attention's lightning indexer, as vLLM and SGLang run it: its
+    projections (queries from the q-LoRA latent, one shared key and a weight per head from
+    the hidden state) are replicated on every TP rank, its fp8 keys are cached beside the
+    latent, and every query scores every cached token of its request (``index_n_heads`` dot
+    products of ``index_head_dim``, fp8) before the top-``index_topk`` pick. The top-k
+    selection itself is not priced."""
+    A, h = MOD_ATTN, model.hidden_size
+    n, d = model.index_n_heads, model.index_head_dim
+    b.gemm("indexer_q_proj", A, n * d, model.q_lora_rank or h, act, "qkv")
+    b.gemm("indexer_k_weights_proj", A, d + n, h, act, "qkv")
+    key = index_key_bytes(model)
+    b.add("indexer_k_cache_write", A, K.B_TOKENS, b=key + d * act)
+    for phase, basis in (("prefill", K.B_ATTN_PREFILL), ("decode", K.B_ATTN_DECODE)):
+        b.add(f"indexer_scores_{phase}", A, basis, a=2 * n * d, b=key, c=n * d * INDEX_KEY_BYTES,
+              family=K.F_ATTN)
 
 
 def _mlp(b, tag, model, inter, h, act, wc, eager, frac):

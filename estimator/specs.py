@@ -115,6 +115,12 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): a lightning indexer of
+    # index_n_heads x index_head_dim scores every cached token for each query, and MLA
+    # attends to the index_topk best (0: dense MLA)
+    index_topk: int = Field(0, ge=0)
+    index_n_heads: int = Field(0, ge=0)
+    index_head_dim: int = Field(0, ge=0)
     # multi-token prediction layers shipped with the checkpoint (DeepSeek-V3's
     # num_nextn_predict_layers): the drafter of speculative decoding's ``mtp`` method
     num_nextn_predict_layers: int = Field(0, ge=0)
@@ -154,6 +160,10 @@ class ModelSpec(BaseModel):
             raise SpecError("a MoE model needs num_experts and experts_per_token")
         if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim):
             raise SpecError("an MLA model needs kv_lora_rank and qk_rope_head_dim")
+        if self.index_topk and not (self.attention == "mla" and self.index_n_heads
+                                    and self.index_head_dim):
+            raise SpecError("sparse attention (index_topk) needs MLA attention, index_n_heads "
+                            "and index_head_dim")
         self._check_layer_types()
         return self
 

@@ -29,7 +29,10 @@ The mapping, and what it assumes:
 * Qwen3.5-397B-A17B: ``bf16`` its own checkpoint; ``fp8`` the published block-scaled FP8
   checkpoint (:data:`BLOCK_FP8`, its file not shipped: an assumption); ``fp4`` NVIDIA's
   NVFP4 checkpoint as its shipped files say. gpt-oss-120b ``fp4``: the published
-  checkpoint itself (MXFP4 experts, the rest bf16), fp8 KV as the profile says.
+  checkpoint itself (MXFP4 experts, the rest bf16), fp8 KV as the profile says. GLM-5
+  (MLA with DeepSeek sparse attention): ``fp8`` the published block-scaled FP8 checkpoint
+  (its file not shipped: :data:`BLOCK_FP8` assumed, as for Qwen3.5), ``fp4`` NVIDIA's NVFP4
+  checkpoint as its shipped files say (attention and indexer 16-bit).
 * ``bf16`` and an empty precision with empty quant modes (TensorRT-LLM Qwen3-32B on GB200:
   the published bf16 checkpoint served as is) -- the checkpoint's own dtype.
 
@@ -45,13 +48,9 @@ from pathlib import Path
 
 from serveplan.estimator.catalog import resolve_model
 
-__all__ = ["ARCHITECTURE", "MODELOPT_FP8", "MODELOPT_NVFP4", "NOT_MODELLED", "Served",
+__all__ = ["ARCHITECTURE", "MODELOPT_FP8", "MODELOPT_NVFP4", "Served",
            "is_mla", "precision", "served"]
 
-NOT_MODELLED = {  # model -> the architecture feature serveplan does not model yet
-    "zhipuai/GLM-5": "MLA with DeepSeek sparse attention (glm_moe_dsa: a top-2048 token "
-                     "indexer per layer)",
-}
 CATALOG = "catalog:"
 ARCHITECTURE = {  # model -> its architecture: a catalog name or a model_configs file
     "meta-llama/Llama-3.1-70B": CATALOG + "llama-3.1-70b",
@@ -65,6 +64,7 @@ ARCHITECTURE = {  # model -> its architecture: a catalog name or a model_configs
     "moonshotai/Kimi-K2.5": "moonshotai--Kimi-K2.5_config.json",
     "Qwen/Qwen3.5-397B-A17B": "Qwen--Qwen3.5-397B-A17B_config.json",
     "openai/gpt-oss-120b": "openai--gpt-oss-120b_config.json",
+    "zhipuai/GLM-5": "zai-org--GLM-5_config.json",
 }
 MODELOPT_NVFP4 = {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": "FP8",
                   "exclude_modules": ["lm_head"]}
@@ -97,6 +97,8 @@ CHECKPOINT = {  # (model, precision) -> (config to read, quantization to apply)
     ("Qwen/Qwen3.5-397B-A17B", "fp8"): (None, BLOCK_FP8),
     ("Qwen/Qwen3.5-397B-A17B", "fp4"): ("nvidia--Qwen3.5-397B-A17B-NVFP4_config.json", _OWN),
     ("openai/gpt-oss-120b", "fp4"): (None, _OWN),
+    ("zhipuai/GLM-5", "fp8"): (None, BLOCK_FP8),
+    ("zhipuai/GLM-5", "fp4"): ("nvidia--GLM-5-NVFP4_config.json", _OWN),
 }
 KV_DTYPE = {"fp8": "fp8", "fp4": "fp8"}  # the profile's KV cache; others: the checkpoint's
 
@@ -127,8 +129,6 @@ def _ref(name: str, data_dir: Path) -> str:
 
 def served(row, data_dir: Path) -> Served | str:
     """What the row served (:class:`Served`), or the reason serveplan cannot say."""
-    if row.model in NOT_MODELLED:
-        return f"{NOT_MODELLED[row.model]} not modelled"
     if row.model not in ARCHITECTURE:
         return "model config not shipped"
     prec = precision(row)

@@ -122,7 +122,6 @@ def test_minimax_fp4_reads_nvidias_checkpoint(aic):
 
 # ------------------------------------------------------------------ rows and their reasons
 @pytest.mark.parametrize("kw,reason", [
-    (dict(model="zhipuai/GLM-5", engine="sglang"), "DeepSeek sparse attention"),
     (dict(model="openai/gpt-oss-120b", precision="fp8"), "fp8 checkpoint of openai/gpt-oss"),
     (dict(tp=8, ep=4), "MoE tensor x expert parallel mixed"),      # moe_tp 2 x moe_ep 4
     (dict(tp=1, dp=4, ep=1), "MoE tensor x expert parallel mixed"),    # experts over DP ranks
@@ -146,6 +145,9 @@ def test_rows_still_refused_say_why(aic, kw, reason):
          moe_quant="mxfp4", tp=2),
     dict(tp=4, ep=4),                                          # TP 4 attention, EP 4 experts
     dict(tp=1, dp=8, ep=8, concurrency=128),                   # wide EP: attention DP 8
+    dict(model="zhipuai/GLM-5", engine="sglang", precision="fp8", gemm_quant="fp8",
+         moe_quant="fp8_block"),                               # MLA + sparse attention
+    dict(model="zhipuai/GLM-5", engine="sglang"),              # its NVFP4 checkpoint
 ])
 def test_newly_expressible_rows(aic, kw):
     assert expressible(_row(**kw), aic) is None
