@@ -7,7 +7,7 @@ same closed-loop load is simulated three ways: (a) the GPU steps alone (no engin
 the other models of the same engine). The shipped profile's terms are then fitted on all
 rows of an engine that has rows of two or more models (``--write-profiles``).
 
-Writes ``bench/results/accuracy_e2e.md`` and ``.json``.
+Writes ``bench/results/accuracy_e2e.md`` and ``.json`` (``--out NAME``: ``NAME.md``).
 Usage: ``python bench/accuracy_e2e.py [--data DIR] [--fit-rounds 4] [--write-profiles]``
 """
 
@@ -271,6 +271,8 @@ def main() -> None:
     ap.add_argument("--no-fit", action="store_true",
                     help="report settings (a) and (b) only: no leave-one-model-out fits "
                          "(they take most of the run's time)")
+    ap.add_argument("--out", default="accuracy_e2e",
+                    help="report name in bench/results (NAME.md and NAME.json)")
     args = ap.parse_args()
     if args.no_fit and args.write_profiles:
         ap.error("--write-profiles needs the fits: drop --no-fit")
@@ -298,7 +300,9 @@ def main() -> None:
         "command": "python bench/accuracy_e2e.py " + (
             "--no-fit" if args.no_fit else f"--fit-rounds {args.fit_rounds} --fit-every "
             f"{args.fit_every}" + (f" --fit-runs {args.fit_runs}" if args.fit_runs else "")
-            + (" --write-profiles" if args.write_profiles else "")),
+            + (" --write-profiles" if args.write_profiles else ""))
+        + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
+        + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""),
         "date": stamp, "seconds": round(time.time() - t0, 1),
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
         "groups": group_table(ok, preds), "osl_slopes": osl_slopes(ok, preds),
@@ -309,11 +313,11 @@ def main() -> None:
                            "tpot_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 1])))}
                     for name, p in preds.items()},
     }
-    out = HERE / "results" / "accuracy_e2e.json"
+    out = HERE / "results" / f"{args.out}.json"
     out.write_text(json.dumps(report, indent=1, default=float) + "\n")
     from accuracy_e2e_report import write_markdown
 
-    write_markdown(report, HERE / "results" / "accuracy_e2e.md")
+    write_markdown(report, HERE / "results" / f"{args.out}.md")
     print(f"wrote {out} ({report['seconds']} s)")
 
 

@@ -24,6 +24,15 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def blackwell_e2e(shared_data) -> Path:
+    """The measured Blackwell deployments (``e2e/aic_silicon_blackwell``); skip without."""
+    path = shared_data / "e2e" / "aic_silicon_blackwell"
+    if not path.is_dir():
+        pytest.skip(f"{path} not found")
+    return path
+
+
+@pytest.fixture(scope="session")
 def oracle_8b():
     """A warmed-up Llama-3.1-8B / H100 oracle (compiles the cost kernels once)."""
     from serveplan.estimator.oracle import CostOracle

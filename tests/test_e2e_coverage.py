@@ -18,16 +18,12 @@ from serveplan.estimator.errors import SpecError
 from serveplan.pools_config import InstanceConfig
 from serveplan.quant_source import load_quantization
 
-AIC = "e2e/aic_silicon_blackwell"
 MIB = 2**20
 
 
 @pytest.fixture(scope="module")
-def aic(shared_data) -> Path:
-    d = shared_data / AIC
-    if not d.is_dir():
-        pytest.skip(f"{d} not found")
-    return d
+def aic(blackwell_e2e) -> Path:
+    return blackwell_e2e
 
 
 def _row(**kw) -> E2ERow:

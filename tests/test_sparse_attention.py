@@ -14,15 +14,11 @@ from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.specs import Parallelism
 from serveplan.kernels import roofline as K
 
-GLM5 = "e2e/aic_silicon_blackwell/model_configs/zai-org--GLM-5_config.json"
-
 
 @pytest.fixture(scope="module")
-def glm5(shared_data) -> Path:
-    path = shared_data / GLM5
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    return path
+def glm5(blackwell_e2e) -> Path:
+    """The checkpoint's config.json as the measured sample ships it."""
+    return blackwell_e2e / "model_configs" / "zai-org--GLM-5_config.json"
 
 
 def test_glm5_config_reads_as_mla_with_an_indexer(glm5):
