@@ -126,3 +126,28 @@ def test_dp_ranks_serve_more_than_one_rank_at_the_same_load():
         return float(np.median((res.pd.t_finish[:n] - r.t_first) / 63))
 
     assert tpot(4) < tpot(1)
+
+
+def test_goodput_and_search_bound_count_every_dp_rank():
+    """The analytic capacity counts schedulers (two dp 2 instances: exactly twice one), the
+    search's upper bound stays above the goodput the event loop decides for a dp 2
+    instance (a bound counting one rank per instance would prune it), and its two ranks
+    serve more than one GPU alone."""
+    from serveplan.config import SLO, PoissonWorkload
+    from serveplan.fidelity import PreparedDeployment
+    from serveplan.goodput import find_goodput
+    from serveplan.search import upper_bound
+
+    base = {"model": "qwen3-30b-a3b", "gpu": "h100", "tp": 1, "num_instances": 1,
+            "max_model_len": 4096, "max_num_seqs": 32}
+    work = PoissonWorkload(kind="poisson", rate=1.0, num_requests=400, isl=1024, osl=64)
+    slo = SLO(ttft_ms=1000, tpot_ms=60)
+    one = PreparedDeployment(base, work, seeds=(0,))
+    two = PreparedDeployment({**base, "ep": 2, "dp": 2}, work, seeds=(0,))
+    per_rank = two.capacity() / 2
+    assert per_rank == pytest.approx(PreparedDeployment(
+        {**base, "ep": 2, "dp": 2, "num_instances": 2}, work, seeds=(0,)).capacity() / 4)
+    g = find_goodput(two, slo, fidelity="iteration", seeds=(0,), rtol=0.1)
+    assert g.rate > 0
+    assert upper_bound(two, slo) >= g.rate
+    assert g.rate > find_goodput(one, slo, fidelity="iteration", seeds=(0,), rtol=0.1).rate
