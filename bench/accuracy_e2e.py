@@ -255,6 +255,16 @@ def write_profiles(full: dict, stamp: str) -> None:
         load_runtime_profile(engine)  # still valid
 
 
+def _command(args) -> str:
+    """The command line that reproduces the report."""
+    fit = ("--no-fit" if args.no_fit else f"--fit-rounds {args.fit_rounds} --fit-every "
+           f"{args.fit_every}" + (f" --fit-runs {args.fit_runs}" if args.fit_runs else "")
+           + (" --write-profiles" if args.write_profiles else ""))
+    return ("python bench/accuracy_e2e.py " + fit
+            + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
+            + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -297,12 +307,7 @@ def main() -> None:
     if args.write_profiles:
         write_profiles(full, stamp)
     report = {
-        "command": "python bench/accuracy_e2e.py " + (
-            "--no-fit" if args.no_fit else f"--fit-rounds {args.fit_rounds} --fit-every "
-            f"{args.fit_every}" + (f" --fit-runs {args.fit_runs}" if args.fit_runs else "")
-            + (" --write-profiles" if args.write_profiles else ""))
-        + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
-        + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""),
+        "command": _command(args),
         "date": stamp, "seconds": round(time.time() - t0, 1),
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
         "groups": group_table(ok, preds), "osl_slopes": osl_slopes(ok, preds),
