@@ -8,8 +8,8 @@ measured requests after ``2 x concurrency`` warm-up requests; medians of TTFT (c
 and TPOT = (E2E - TTFT) / (osl - 1). The engine flags follow the generator's rules
 (``methodology/*.rule``): ``max_num_seqs = batch_size`` per worker (per attention-DP rank)
 and ``concurrency / (batch_size x dp)`` agg workers behind a round-robin router (the ranks
-of one worker behind the engine's DP dispatch, :data:`~serveplan.e2e_disagg.DP_DISPATCH`), a token budget of ``batch_size + isl
-+ 1500`` (TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``,
+of one worker behind the engine's DP dispatch, :data:`~serveplan.e2e_disagg.DP_DISPATCH`),
+a token budget of ``batch_size + isl + 1500`` (TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``,
 prefix caching off, CUDA graphs for every batch size. The served checkpoint and its
 precision come from :mod:`serveplan.e2e_served`, disaggregated rows from
 :mod:`serveplan.e2e_disagg`; the KV block of MLA models follows each engine

@@ -25,9 +25,8 @@ refused), and rows that do not record the worker counts and batch sizes (the
 
 from __future__ import annotations
 
-__all__ = ["TRTLLM_BLOCK", "disagg_pools", "disagg_reason", "layout_reason", "moe_fields",
-           "DP_DISPATCH",
-           "token_budget"]
+__all__ = ["DP_DISPATCH", "TRTLLM_BLOCK", "disagg_pools", "disagg_reason", "layout_reason",
+           "moe_fields", "token_budget"]
 
 TRTLLM_BLOCK = 32
 """TensorRT-LLM's ``tokens_per_block`` in the generator's rule (budgets are multiples)."""

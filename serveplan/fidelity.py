@@ -185,7 +185,7 @@ class InstanceModel:
         return self.config.tp * self.config.pp * self.config.dp
 
 
-def dp_ranks(pool) -> int:
+def schedulers(pool) -> int:
     """Schedulers a pool of ``num_instances`` instances runs: one per attention-DP rank
     (each with its own requests and KV, priced as one rank's steps)."""
     return pool.num_instances * pool.dp
@@ -378,10 +378,10 @@ class PreparedDeployment:
         """Level-1 estimates at ``rates`` (vectorised; microseconds per rate)."""
         d = self.deployment
         if isinstance(d, PDDeployment):
-            return A.pd_estimate(rates, dp_ranks(d.prefill), dp_ranks(d.decode),
+            return A.pd_estimate(rates, schedulers(d.prefill), schedulers(d.decode),
                                  self.prefill_costs, self.decode_costs, self.kv_transfer_s,
                                  self.arrival_scv)
-        return A.colocated_estimate(rates, dp_ranks(d), self.prefill_costs,
+        return A.colocated_estimate(rates, schedulers(d), self.prefill_costs,
                                     self.arrival_scv)
 
     def capacity(self) -> float:
@@ -393,9 +393,9 @@ class PreparedDeployment:
         _, h = c.decode_peak
         dec = c.decode_tokens / h
         if isinstance(d, PDDeployment):
-            pre = dp_ranks(d.prefill) / p.prefill_batched_s
-            return float(min(pre, dp_ranks(d.decode) / dec if dec > 0 else np.inf))
-        return float(dp_ranks(d) / (p.prefill_batched_s + dec))
+            pre = schedulers(d.prefill) / p.prefill_batched_s
+            return float(min(pre, schedulers(d.decode) / dec if dec > 0 else np.inf))
+        return float(schedulers(d) / (p.prefill_batched_s + dec))
 
     def t_min(self) -> float:
         r"""BestServe's :math:`T_{\min}`: one request alone, prefill plus its whole decode."""
@@ -432,15 +432,15 @@ class PreparedDeployment:
             pp, dp = self.prefill.params, self.decode.params
             kv = p * self._kv_per_token_s + self._kv_latency
             first, finish = RL.pd_times(
-                a, p, o, pre_tab, dec_tab, num_prefill=dp_ranks(d.prefill),
-                num_decode=dp_ranks(d.decode), prefill_max_num_seqs=pp.max_num_seqs,
+                a, p, o, pre_tab, dec_tab, num_prefill=schedulers(d.prefill),
+                num_decode=schedulers(d.decode), prefill_max_num_seqs=pp.max_num_seqs,
                 prefill_max_num_batched_tokens=pp.max_num_batched_tokens,
                 decode_max_num_seqs=dp.max_num_seqs, decode_kv_tokens=self.decode.kv_tokens,
                 kv_transfer_s=kv, tau=self.tau)
         else:
             pp = self.prefill.params
             first, finish = RL.colocated_times(
-                a, p, o, pre_tab, num_instances=dp_ranks(d), max_num_seqs=pp.max_num_seqs,
+                a, p, o, pre_tab, num_instances=schedulers(d), max_num_seqs=pp.max_num_seqs,
                 max_num_batched_tokens=pp.max_num_batched_tokens,
                 kv_tokens=self.prefill.kv_tokens, tau=self.tau)
         return _metrics(rate, seed, "request", a, first, finish, o)
@@ -449,7 +449,7 @@ class PreparedDeployment:
     def kv_link(self):
         """The engine's KV link: per-token seconds over NVLink and the scale-out network,
         instances packed on nodes of ``gpus_per_node`` GPUs (prefill first, then decode)."""
-        from serveplan.sim.pd import KVLink
+        from serveplan.sim.kvlink import KVLink, rank_offsets
 
         d: PDDeployment = self.deployment
         gpu = self.prefill.oracle.gpu
@@ -464,11 +464,11 @@ class PreparedDeployment:
         for pool in (d.prefill, d.decode):
             if pool is d.decode and getattr(d, "placement", "packed") == "separate":
                 first = -(-first // gpu.gpus_per_node) * gpu.gpus_per_node  # next node
-            for _ in range(pool.num_instances):
-                nodes += [(first + r * pool.tp * pool.pp) // gpu.gpus_per_node
-                          for r in range(pool.dp)]
-                first += pool.tp * pool.pp * pool.dp
-        n_p = dp_ranks(d.prefill)
+            gpus = pool.tp * pool.pp * pool.dp
+            offsets = first + rank_offsets(pool.num_instances, gpus, pool.dp, pool)
+            nodes += (offsets // gpu.gpus_per_node).tolist()
+            first += pool.num_instances * gpus
+        n_p = schedulers(d.prefill)
         return KVLink((per_rank / gpu.scaleup_bw, per_rank / gpu.scaleout_bw),
                       (gpu.scaleup_latency_s, gpu.scaleout_latency_s), per_rank * lanes,
                       model.num_layers, tuple(nodes[:n_p]), tuple(nodes[n_p:]))
@@ -484,8 +484,8 @@ class PreparedDeployment:
             ("prefill_stage", "prefill_stage"), ("prefill_hold", "prefill_hold"))
             if hasattr(d, name)}
         res = run_pd(req, PoolSpec(self.prefill.params, self.prefill.oracle,
-                                   dp_ranks(d.prefill), lockstep=d.prefill.dp),
-                     PoolSpec(self.decode.params, self.decode.oracle, dp_ranks(d.decode),
+                                   schedulers(d.prefill), lockstep=d.prefill.dp),
+                     PoolSpec(self.decode.params, self.decode.oracle, schedulers(d.decode),
                               lockstep=d.decode.dp),
                      link=self.kv_link(), **options)
         return disaggregated_metrics(res, rate, seed)
@@ -499,7 +499,7 @@ class PreparedDeployment:
             return self._iteration_pd(req, rate, seed)
         d: Deployment = self.deployment
         res = run_engine(req, self.prefill.oracle, self.prefill.params,
-                         num_instances=dp_ranks(d), router=ROUTERS[d.router], lockstep=d.dp)
+                         num_instances=schedulers(d), router=ROUTERS[d.router], lockstep=d.dp)
         r = res.reqs
         first = np.where(r.status == FINISHED_IGNORED, np.inf, r.t_first)
         return _metrics(rate, seed, "iteration", r.arrival, first, r.t_finish, r.n_out)

@@ -82,7 +82,7 @@ from serveplan.config import (
     simulator_bytes,
 )
 from serveplan.deployments import PDDeployment, parse_deployment, strategy_name
-from serveplan.fidelity import PreparedDeployment, dp_ranks, resolve_fidelity
+from serveplan.fidelity import PreparedDeployment, resolve_fidelity, schedulers
 from serveplan.goodput_result import GoodputResult, RateCheck
 from serveplan.goodput_stats import Interval, attainment_interval, quantile_interval
 from serveplan.pools_config import PoolsDeployment, Requests, at_most, parse_architecture
@@ -450,9 +450,9 @@ def _sim_layout(prep: PreparedDeployment) -> tuple:
     if hasattr(prep, "sim_layout"):  # a deployment that lays out its own pools (AFD)
         return prep.sim_layout()
     d = prep.deployment
-    pools = ([(prep.prefill.params, dp_ranks(d.prefill), "prefill"),
-              (prep.decode.params, dp_ranks(d.decode), "decode")] if prep.is_pd
-             else [(prep.prefill.params, dp_ranks(d), "colocated")])
+    pools = ([(prep.prefill.params, schedulers(d.prefill), "prefill"),
+              (prep.decode.params, schedulers(d.decode), "decode")] if prep.is_pd
+             else [(prep.prefill.params, schedulers(d), "colocated")])
     req = prep.unit_requests(prep.seeds[0])
     return pools, req.prompt_len, req.output_len, getattr(d, "prefill_hold", None)
 

@@ -54,7 +54,7 @@ from serveplan.config import MAX_SIM_BYTES, SLO, Cv, Deployment, Length
 from serveplan.deployments import PDDeployment, Pool, gpus, strategy_name
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
 from serveplan.estimator.specs import SpecError
-from serveplan.fidelity import PreparedDeployment, Workspace, dp_ranks, resolve_fidelity
+from serveplan.fidelity import PreparedDeployment, Workspace, resolve_fidelity, schedulers
 from serveplan.goodput import Seeds, analytic_goodput, find_goodput, simulator_size
 from serveplan.pools_config import MAX_GPUS, Gpus, Requests, Seqs, Tokens, _error
 from serveplan.pricing import hourly_cost, price_table
@@ -280,13 +280,13 @@ def upper_bound(prep: PreparedDeployment, slo: SLO) -> float:
         dec = np.inf
         if c.decode_tokens > 0:
             h = c.decode_peak[1] if goal is None else c.decode_rate_at(goal)
-            dec = dp_ranks(d.decode) * h / c.decode_tokens
-        bound = min(dp_ranks(d.prefill) / p.prefill_batched_s, dec)
+            dec = schedulers(d.decode) * h / c.decode_tokens
+        bound = min(schedulers(d.prefill) / p.prefill_batched_s, dec)
     elif c.decode_tokens > 0:
-        bound = dp_ranks(d) * _colocated_rate_bound(
+        bound = schedulers(d) * _colocated_rate_bound(
             p.prefill_batched_s, c.decode_tokens, c.t_step, c.max_batch, goal)
     else:
-        bound = dp_ranks(d) / p.prefill_batched_s
+        bound = schedulers(d) / p.prefill_batched_s
     return float(bound * BOUND_SLACK)
 
 

@@ -111,11 +111,11 @@ class KVLink:
         g_p = po.parallel.tp * po.parallel.pp * po.parallel.dp
         g_d = do.parallel.tp * do.parallel.pp * do.parallel.dp
         gpn = int(gp.gpus_per_node)
-        p_off = _rank_offsets(n_prefill, g_p, prefill_ranks, po.parallel)
+        p_off = rank_offsets(n_prefill, g_p, prefill_ranks, po.parallel)
         start = n_prefill * g_p
         if placement == "separate" or gp.name != gd.name:
             start = -(-start // gpn) * gpn
-        d_off = start + _rank_offsets(n_decode, g_d, decode_ranks, do.parallel)
+        d_off = start + rank_offsets(n_decode, g_d, decode_ranks, do.parallel)
         return cls((rank_bytes / up_bw, rank_bytes / out_bw), (up_lat, out_lat), float(total),
                    int(do.model.num_layers), tuple(int(v) for v in p_off // gpn),
                    tuple(int(v) for v in d_off // int(gd.gpus_per_node)))
@@ -136,10 +136,11 @@ class KVLink:
         return pn, dn
 
 
-def _rank_offsets(n: int, gpus: int, ranks: int, par) -> np.ndarray:
-    """First GPU of each of ``ranks`` ranks of ``n`` instances of ``gpus`` GPUs each."""
+def rank_offsets(n: int, gpus: int, ranks: int, par) -> np.ndarray:
+    """First GPU of each of ``ranks`` attention-DP ranks of ``n`` consecutive instances of
+    ``gpus`` GPUs each (rank r of an instance starts at its ``r * par.tp * par.pp``-th)."""
     return (np.arange(n)[:, None] * gpus
             + np.arange(ranks)[None, :] * par.tp * par.pp).ravel()
 
 
-__all__ = ["KVLink", "rank_kv_bytes_per_token"]
+__all__ = ["KVLink", "rank_kv_bytes_per_token", "rank_offsets"]

@@ -107,6 +107,16 @@ def test_kv_link_places_each_dp_rank_on_its_own_gpus():
     link = KVLink.from_specs(pre, dec, 1, 2, decode_ranks=2)
     p_nodes, d_nodes = link.nodes(1, 4)
     assert p_nodes.tolist() == [0] and d_nodes.tolist() == [1, 1, 2, 2]
+    # the goodput search's own link places them the same way
+    from serveplan.config import PoissonWorkload
+    from serveplan.fidelity import PreparedDeployment
+
+    inst = {"model": "qwen3-30b-a3b", "gpu": "h100", "max_model_len": 4096}
+    pd = {"architecture": "pd", "prefill": {**inst, "tp": 8, "num_instances": 1},
+          "decode": {**inst, "tp": 4, "dp": 2, "ep": 8, "num_instances": 2}}
+    work = PoissonWorkload(kind="poisson", rate=1.0, num_requests=10, isl=256, osl=8)
+    p_nodes, d_nodes = PreparedDeployment(pd, work, seeds=(0,)).kv_link().nodes(1, 4)
+    assert p_nodes.tolist() == [0] and d_nodes.tolist() == [1, 1, 2, 2]
 
 
 def test_dp_ranks_serve_more_than_one_rank_at_the_same_load():
