@@ -80,7 +80,8 @@ def plan_engine_memory(engine: str, model, gpu, parallel: Parallelism | None = N
                        dtype: str | Quantization | None = None,
                        kv_dtype: str | None = None, profile: Profile | None = None,
                        pp_layer_partition: str | Sequence[int] | None = None,
-                       weights_role: str = "full", **knobs) -> MemoryPlan:
+                       weights_role: str = "full", redundant_experts: int = 0,
+                       **knobs) -> MemoryPlan:
     """KV plan of one instance under ``engine``'s rule (``vllm``, ``sglang``, ``trtllm``).
 
     ``knobs`` are that engine's settings by their own names (``ENGINE_KNOBS``); ``None``
@@ -98,7 +99,7 @@ def plan_engine_memory(engine: str, model, gpu, parallel: Parallelism | None = N
                              f"{sorted(ENGINE_KNOBS[engine])}")
     common = dict(max_model_len=max_model_len, dtype=dtype, kv_dtype=kv_dtype,
                   profile=profile, pp_layer_partition=pp_layer_partition,
-                  weights_role=weights_role)
+                  weights_role=weights_role, redundant_experts=redundant_experts)
     if engine == "vllm":
         return plan_memory(model, gpu, parallel, **common, **given)
     setup = resolve_setup(model, gpu, parallel, **common, pp_split=engine)
@@ -258,7 +259,7 @@ def _with(setup: Setup, par: Parallelism) -> Setup:
     return resolve_setup(setup.model, setup.gpu, par, max_model_len=setup.max_len,
                          dtype=setup.quantization, kv_dtype=None,
                          profile=setup.profile, pp_layer_partition=setup.partition,
-                         pp_split=setup.split)
+                         pp_split=setup.split, redundant_experts=setup.redundant_experts)
 
 
 __all__ = ["ENGINES", "ENGINE_KNOBS", "ENGINE_RULES", "plan_engine_memory", "plan_sglang", "plan_trtllm",

@@ -172,10 +172,12 @@ of attention/FFN disaggregation), or the FFN alone (an FFN instance)."""
 
 
 def _weights_by_stage(model: ModelSpec, par: Parallelism, quant: Quantization,
-                      layers: Sequence[int], role: str = "full") -> list[float]:
+                      layers: Sequence[int], role: str = "full",
+                      redundant_experts: int = 0) -> list[float]:
     """Resident weight bytes of one rank of each pipeline stage (the op tables' bytes,
-    scales included, as the cost oracle reads them), of the weights ``role`` holds."""
-    ops = build_ops(model, par, quant).ops
+    scales included, as the cost oracle reads them), of the weights ``role`` holds; with
+    ``redundant_experts`` EPLB replicas a rank holds ``(experts + redundant) / ep``."""
+    ops = build_ops(model, par, quant, redundant_experts=redundant_experts).ops
     layer_rows = np.isin(ops[:, K.C_MODULE], [MOD_EMBED, MOD_FNORM, MOD_HEAD, MOD_SAMPLE],
                          invert=True)
     if role != "full":
@@ -251,6 +253,7 @@ class Setup:
     partition: str | tuple[int, ...] | None
     split: str = "vllm"
     kinds: tuple[StageLayers, ...] = ()  # layer kinds per stage (empty: all full attention)
+    redundant_experts: int = 0  # EPLB replicas in the weights (moe_routing)
 
     @property
     def non_torch(self) -> float:
@@ -283,12 +286,14 @@ def resolve_setup(model, gpu, parallel: Parallelism | None = None, *,
                   max_model_len: int | None = None, dtype: str | Quantization | None = None,
                   kv_dtype: str | None = None, profile: Profile | None = None,
                   pp_layer_partition: str | Sequence[int] | None = None,
-                  pp_split: str = "vllm", weights_role: str = "full") -> Setup:
+                  pp_split: str = "vllm", weights_role: str = "full",
+                  redundant_experts: int = 0) -> Setup:
     """Resolve and check everything the engine rules share (raises ``SpecError`` /
     ``ValueError`` naming the bad field); ``pp_split`` is the engine whose pipeline split
     applies (:func:`layers_per_stage`). ``dtype`` / ``kv_dtype`` as for the cost oracle
     (:func:`~.quantization.resolve_quantization`); ``weights_role`` one of
-    :data:`WEIGHT_ROLES`."""
+    :data:`WEIGHT_ROLES`; ``redundant_experts``: EPLB's replicas of hot experts, whose
+    weights every expert-parallel rank holds its share of."""
     if weights_role not in WEIGHT_ROLES:
         raise ValueError(f"weights_role must be one of {WEIGHT_ROLES}, got {weights_role!r}")
     m: ModelSpec = resolve_model(model)
@@ -303,7 +308,8 @@ def resolve_setup(model, gpu, parallel: Parallelism | None = None, *,
             else tuple(pp_layer_partition))
     return Setup(
         model=m, gpu=g, par=par, profile=profile or load_profile(g.name), quantization=quant,
-        layers=tuple(layers), weights=tuple(_weights_by_stage(m, par, quant, layers, weights_role)),
+        layers=tuple(layers), weights=tuple(_weights_by_stage(m, par, quant, layers, weights_role,
+                                                    redundant_experts)),
         per_tok_layer=kv_bytes_per_token_layer(m, par.tp, quant.kv_cache),
         max_len=int(max_model_len or m.max_position_embeddings), partition=part,
         split=pp_split, kinds=tuple(stage_layers(m, layers)))
@@ -458,7 +464,7 @@ def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
                 kv_cache_memory_bytes: float | None = None,
                 num_gpu_blocks_override: int | None = None,
                 pp_layer_partition: str | Sequence[int] | None = None,
-                weights_role: str = "full") -> MemoryPlan:
+                weights_role: str = "full", redundant_experts: int = 0) -> MemoryPlan:
     """KV-cache plan of one instance as vLLM V1 computes it (see module docstring).
 
     Returns a :class:`MemoryPlan`; ``fits`` is False (with ``reason`` saying by how much
@@ -466,11 +472,13 @@ def plan_memory(model, gpu, parallel: Parallelism | None = None, *,
     budget, when ``kv_cache_memory_bytes`` or ``num_gpu_blocks_override`` ask for more KV
     than the GPU holds next to the weights, or when one ``max_model_len`` request does not
     fit in the KV cache. Knob values vLLM itself would reject raise ``SpecError``.
-    ``weights_role``: :data:`WEIGHT_ROLES` (an attention instance holds no FFN weights).
+    ``weights_role``: :data:`WEIGHT_ROLES` (an attention instance holds no FFN weights);
+    ``redundant_experts``: EPLB replicas (:func:`resolve_setup`).
     """
     setup = resolve_setup(model, gpu, parallel, max_model_len=max_model_len, dtype=dtype,
                           kv_dtype=kv_dtype, profile=profile,
-                          pp_layer_partition=pp_layer_partition, weights_role=weights_role)
+                          pp_layer_partition=pp_layer_partition, weights_role=weights_role,
+                          redundant_experts=redundant_experts)
     bs = _check_vllm_knobs(setup, gpu_memory_utilization, max_num_batched_tokens,
                            max_num_seqs, block_size, num_gpu_blocks_override)
     acts = setup.activations(max_num_batched_tokens, max_num_seqs)

@@ -54,7 +54,8 @@ def resolve_ffn(pool: PoolConfig, max_tokens: int) -> ResolvedFFN:
                         dtype=instance_dtype(pool), cuda_graph=pool.cuda_graph, profile=pool.profile,
                         moe_routing=pool.moe_routing)
     setup = resolve_setup(pool.model, pool.gpu, oracle.parallel, dtype=oracle.quantization,
-                          profile=oracle.profile, weights_role="ffn")
+                          profile=oracle.profile, weights_role="ffn",
+                          redundant_experts=oracle.routing.redundant_experts)
     weights = setup.weights[0]
     acts = activation_peak_bytes(setup.model, setup.par, max_tokens, max_tokens, sampler=False)
     available = setup.gpu.memory_bytes * pool.gpu_memory_utilization

@@ -41,7 +41,7 @@ from serveplan.sim.costs import FittedThroughputCost
 from serveplan.sim.cpu_tier import CPUTier
 from serveplan.sim.engine import EngineParams
 from serveplan.sim.kvlink import KVLink, rank_kv_bytes_per_token
-from serveplan.sim.pools import Handoff, PoolSpec, Role
+from serveplan.sim.pools import DPTokens, Handoff, PoolSpec, Role
 from serveplan.sim.runtime import FrontEnd, StepRuntime
 from serveplan.sim.sessions import SchedulerKnobs
 from serveplan.sim.speculative import SpecDecode
@@ -143,6 +143,7 @@ def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
         engine, oracle.model, oracle.gpu, Parallelism(tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp),
         max_model_len=max_len, dtype=oracle.quantization, kv_dtype=d.kv_dtype,
         profile=oracle.profile, weights_role=weights_role,
+        redundant_experts=oracle.routing.redundant_experts,
         **_engine_memory_knobs(engine, d, mnbt, block_size, max_num_seqs, prefix_caching))
     plan.raise_if_unfit()
     if engine == "vllm" and not oracle.model.is_hybrid:
@@ -309,6 +310,19 @@ class ResolvedPool:
         attention pool's ``dp`` belongs to its AFD step cost instead)."""
         return 1 if self.role == Role.ATTENTION else self.config.dp
 
+    @property
+    def dp_tokens(self) -> DPTokens:
+        """What the MoE layers of the instance's DP ranks see in a step, by its engine:
+        SGLang its own padding rule, TensorRT-LLM the ranks' tokens unpadded, vLLM (and the
+        engine-less default) every rank padded to the busiest -- unpadded when eager."""
+        rt = self.instance.runtime
+        engine = rt.engine if rt is not None else "vllm"
+        if engine == "sglang":
+            return DPTokens.SGLANG
+        if engine == "trtllm" or not self.config.cuda_graph:
+            return DPTokens.SUM
+        return DPTokens.MAX
+
     def spec(self) -> PoolSpec:
         """The pool as the simulator runs it. An instance with ``pp`` pipeline stages keeps
         ``pp`` micro-batches in flight: it runs as ``pp`` virtual engines (as vLLM's
@@ -320,7 +334,7 @@ class ResolvedPool:
         An instance with ``dp`` attention data-parallel ranks runs as ``dp`` schedulers in
         lockstep (:attr:`PoolSpec.lockstep`), each with its own requests, ``max_num_seqs``
         and KV blocks (the memory plan is per rank), each step priced by the oracle as one
-        rank's (the experts see every rank's tokens, the ranks taken as equally loaded)."""
+        rank's, its MoE layers seeing the tokens of all ranks (:attr:`dp_tokens`)."""
         fitted = isinstance(self.cost, FittedThroughputCost)
         runtime = None if fitted else self.instance.step_runtime()
         params, pp, tier = self.params, self.virtual_engines, self.instance.cpu_tier
@@ -329,7 +343,8 @@ class ResolvedPool:
             tier = tier.per_engine(pp) if tier is not None else None
         dp = self.dp_ranks
         return PoolSpec(params, self.cost, self.config.count * pp * dp, self.role,
-                        self.gpu_name, runtime, tier, self.instance.speculative, lockstep=dp)
+                        self.gpu_name, runtime, tier, self.instance.speculative, lockstep=dp,
+                        dp_tokens=self.dp_tokens)
 
 
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost,

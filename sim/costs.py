@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from serveplan.kernels.afd import AFD_WIDTH, afd_step_time
-from serveplan.kernels.roofline import step_time_q
+from serveplan.kernels.roofline import P_MOE_TOKENS, step_time_q
 
 from ._jitcache import sim_jit
 from .afd_cost import AFDStepCost
@@ -176,6 +176,16 @@ def make_cost_tables(costs: list, runtimes: list | None = None, spec=None,
     n_mod = cat["mods"].shape[0]
     return CostTables(flags, off, cat["ops"], cat["mods"], cat["prm"], cat["gs"], cat["agg"],
                       np.zeros(n_mod), np.zeros(n_mod), rt, afd, spec)
+
+
+@sim_jit
+def moe_tokens_slot(costs, c):
+    """Index in ``costs.prm`` of cost row ``c``'s MoE token multiplier
+    (:data:`serveplan.kernels.roofline.P_MOE_TOKENS`: the MoE rows see this times the
+    step's tokens), or -1 where the row is not an oracle's."""
+    if costs.flags[c, 0] != KIND_ORACLE:
+        return -1
+    return costs.off[c, 4] + P_MOE_TOKENS
 
 
 @sim_jit

@@ -51,6 +51,7 @@ from .state import (
     A_KV_TIME,
     ERR_MAX_STEPS,
     ERR_STALL,
+    G_DEFER,
     G_DONE,
     G_ERROR,
     G_MAX_STEPS,
@@ -70,7 +71,7 @@ from .state import (
     K_ROLE,
     POLICY_PYTHON,
 )
-from .step import complete_step, launch, start_step
+from .step import complete_step, group_moe_tokens, launch, price_step, start_step
 from .transfer import xfer_next_time
 
 
@@ -159,15 +160,23 @@ def _group_busy(w, k):
 @sim_jit_inline
 def _start_group(w, g, now):
     """Lockstep group ``g`` (attention data-parallel ranks) starts a step on every member
-    with work; the members meet in every layer's collectives, so all of them end when the
-    slowest does (the wait counts as busy time: the rank's GPU is held)."""
+    with work: all are scheduled first, then priced with the tokens the group's MoE layers
+    see together (:func:`~serveplan.sim.step.group_moe_tokens`). The members meet in every
+    layer's collectives, so all of them end when the slowest does (the wait counts as busy
+    time: the rank's GPU is held)."""
     inst = w.inst
     n = w.knobs[g, K_GROUP_SIZE]
-    end = now
+    w.glob[G_DEFER] = 1
     for j in range(g, g + n):
         if _has_work(w, j):
             _role_event(w, j, now, True)
-            if inst.ist[j, I_BUSY] != 0 and inst.acc[j, A_BUSY_UNTIL] > end:
+    w.glob[G_DEFER] = 0
+    moe_tokens = group_moe_tokens(w, g, n)
+    end = now
+    for j in range(g, g + n):
+        if inst.ist[j, I_BUSY] != 0:
+            price_step(w, j, now, moe_tokens)
+            if inst.acc[j, A_BUSY_UNTIL] > end:
                 end = inst.acc[j, A_BUSY_UNTIL]
     for j in range(g, g + n):
         if inst.ist[j, I_BUSY] != 0:

@@ -64,6 +64,7 @@ from .state import (
     G_NOPEN,
     G_ROUTER,
     K_COST,
+    K_DP_TOKENS,
     K_GROUP,
     K_GROUP_SIZE,
     K_POLICY,
@@ -250,6 +251,7 @@ def _knob_table(pools, lay: _Layout, policy) -> np.ndarray:
     knobs[:, K_SLOTS] = lay.slots
     knobs[:, K_SPEC_TOKENS], knobs[:, K_SPEC_LOOKAHEAD] = spec_knobs(pools, lay.pool_of)
     knobs[:, K_GROUP], knobs[:, K_GROUP_SIZE] = _lockstep_groups(pools, lay.pool_of)
+    knobs[:, K_DP_TOKENS] = [int(pools[k].dp_tokens) for k in lay.pool_of]
     decode = knobs[:, K_ROLE] == int(Role.DECODE)
     knobs[decode, K_PREFIX] = 0  # decode instances receive KV; they do not share prefixes
     if policy is not None:

@@ -39,6 +39,25 @@ DOWNSTREAM_ROLES = ("decode", "attention")
 """Role names of the instances a disaggregated request ends on."""
 
 
+class DPTokens(IntEnum):
+    """How many tokens the MoE layers of a lockstep group (an engine's attention-DP ranks)
+    see in one step, from the tokens ``t_r`` of its ``dp`` ranks (idle ranks: 0).
+
+    * ``MAX``: ``dp x max(t_r)``. vLLM V1 pads every rank's batch to the largest across the
+      DP group (``GPUModelRunner.get_dp_padding``; idle ranks run a padded dummy batch)
+      unless ``enforce_eager`` is set.
+    * ``SUM``: ``sum(t_r)``, no padding: TensorRT-LLM's attention DP gathers each rank's
+      own token count; vLLM with ``enforce_eager``.
+    * ``SGLANG``: SGLang's ``DpPaddingMode.get_dp_padding_mode``: ``SUM`` when a rank
+      prefills (extend in the batch), else ``MAX`` when ``2 x sum >= dp x max``, else
+      ``SUM``.
+    """
+
+    MAX = 0
+    SUM = 1
+    SGLANG = 2
+
+
 def loop_role(role: Role) -> Role:
     """The role the loop runs an instance as (an attention instance decodes)."""
     return Role.DECODE if role == Role.ATTENTION else Role(role)
@@ -62,7 +81,8 @@ class PoolSpec:
     TensorRT-LLM ``enable_attention_dp``): each rank holds its own requests and KV cache,
     but the ranks meet in every layer's MoE collectives, so a step of the group starts on
     every rank with work at once and ends when its slowest rank does (default 1: each
-    instance steps on its own).
+    instance steps on its own). ``dp_tokens``: the tokens the group's MoE layers see
+    (:class:`DPTokens`; default ``MAX``, vLLM's padding).
     """
 
     params: object  # serveplan.sim.engine.EngineParams
@@ -74,6 +94,7 @@ class PoolSpec:
     cpu_tier: object = None  # serveplan.sim.cpu_tier.CPUTier
     speculative: object = None  # serveplan.sim.speculative.SpecDecode (colocated, decode)
     lockstep: int = 1
+    dp_tokens: DPTokens = DPTokens.MAX
 
     def __post_init__(self) -> None:
         if int(self.num_instances) != self.num_instances or self.num_instances < 1:
@@ -83,6 +104,7 @@ class PoolSpec:
             raise ValueError(f"lockstep must be an integer >= 1 that divides num_instances "
                              f"({self.num_instances}), got {self.lockstep!r}")
         object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "dp_tokens", DPTokens(self.dp_tokens))
 
     @property
     def gpu_name(self) -> str:
@@ -138,4 +160,4 @@ class Handoff:
     tie_seed: int = 0
 
 
-__all__ = ["DOWNSTREAM_ROLES", "Handoff", "PoolSpec", "ROLE_NAMES", "Role", "loop_role"]
+__all__ = ["DOWNSTREAM_ROLES", "DPTokens", "Handoff", "PoolSpec", "ROLE_NAMES", "Role", "loop_role"]

@@ -121,21 +121,26 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 # K_GROUP, K_GROUP_SIZE: the first instance and the size of the lockstep group the instance
 # belongs to (the attention data-parallel ranks of one engine, which start their steps
 # together and end them with the slowest, serveplan.sim.loop); a lone instance is its own
-# group of one.
+# group of one. K_DP_TOKENS: how many tokens the MoE layers of such a group see in a step
+# (DP_TOKENS_*, serveplan.sim.pools.DPTokens).
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
  K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS, K_ASYNC, K_MULTI_STEP,
  K_MIXED_CHUNK, K_NEW_TOKEN_RATIO, K_SPEC_TOKENS, K_SPEC_LOOKAHEAD, K_GROUP,
- K_GROUP_SIZE) = range(21)
-N_KNOBS = 21
+ K_GROUP_SIZE, K_DP_TOKENS) = range(22)
+N_KNOBS = 22
+DP_TOKENS_MAX, DP_TOKENS_SUM, DP_TOKENS_SGLANG = 0, 1, 2
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
 # whose Python policy must fill the next batch (0: not paused). G_STOP_DONE > 0: the loop
 # returns once that many requests have finished (a layout switch, serveplan.sim.reconfig;
 # the time in clock[0]); G_START_IDLE != 0: the loop first starts every idle instance with
 # work at the time it is given (state set up outside the loop), then handles events.
+# G_DEFER != 0 while a lockstep group schedules its members: a scheduled step is only
+# marked busy, and the group prices its members together (serveplan.sim.step.price_step).
 (G_ROUTER, G_CONCURRENCY, G_HASH_BLOCK, G_NEXT, G_NOPEN, G_DONE, G_RR, G_STEPS, G_ERROR,
- G_MAX_STEPS, G_ENTRY_LO, G_ENTRY_HI, G_PAUSE, G_STOP_DONE, G_START_IDLE) = range(15)
-N_GLOB = 15
+ G_MAX_STEPS, G_ENTRY_LO, G_ENTRY_HI, G_PAUSE, G_STOP_DONE, G_START_IDLE,
+ G_DEFER) = range(16)
+N_GLOB = 16
 ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
 CPU_HIT = -2  # an inst.hits entry: the block is in the CPU tier, not on the GPU
 # per-instance integer state: inst.ist[i, I_*]

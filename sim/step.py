@@ -25,7 +25,7 @@ import numpy as np
 
 from ._jitcache import sim_jit, sim_jit_inline
 from .colocated_sibyl import on_colocated_finish
-from .costs import step_seconds
+from .costs import moe_tokens_slot, step_seconds
 from .engine_policies import burst_steps, tokens_emitted
 from .kvcache import num_used, take_pending_load
 from .lifecycle import ROLE_COLOCATED, request_done, stage_of
@@ -43,7 +43,10 @@ from .state import (
     A_LAST_START,
     A_PREFILL_TOKENS,
     A_TOKENS,
+    DP_TOKENS_SGLANG,
+    DP_TOKENS_SUM,
     FINISHED_STOPPED,
+    G_DEFER,
     G_STEPS,
     I_BATCH,
     I_BUSY,
@@ -52,6 +55,7 @@ from .state import (
     I_WLEN,
     K_ASYNC,
     K_COST,
+    K_DP_TOKENS,
     K_ROLE,
     K_SPEC_TOKENS,
     PREEMPTED,
@@ -62,25 +66,81 @@ from .state import (
 
 @sim_jit_inline
 def launch(w, i, now):
-    """Cost instance ``i``'s scheduled batch, mark it busy and record the step."""
+    """Cost instance ``i``'s scheduled batch, mark it busy and record the step -- or, while
+    its lockstep group is being scheduled (``G_DEFER``), only mark it busy: the group then
+    prices its members together (:func:`price_step`)."""
+    if w.glob[G_DEFER] != 0:
+        w.inst.ist[i, I_BUSY] = 1
+        w.inst.acc[i, A_BUSY_UNTIL] = now
+        return
+    price_step(w, i, now, 0.0)
+
+
+@sim_jit_inline
+def batch_tokens(w, i):
+    """``(passes, tokens, decode_tokens)`` of instance ``i``'s scheduled batch: forward
+    passes (> 1: a multi-step decode burst), new tokens, and those of them that decode."""
     inst, reqs = w.inst, w.views[stage_of(w.knobs[i, K_ROLE])]
-    bn = inst.ist[i, I_BATCH]
-    passes = burst_steps(inst, reqs, w.knobs, i)  # > 1: a multi-step decode burst
+    passes = burst_steps(inst, reqs, w.knobs, i)
     spec = w.knobs[i, K_SPEC_TOKENS] > 0  # decodes verify drafts (specdecode)
     tokens = 0
     decode_tokens = 0
-    for j in range(bn):
+    for j in range(inst.ist[i, I_BATCH]):
         r = inst.b_req[i, j]
         k = inst.b_new[i, j] if passes == 1 else reqs.computed[r] - inst.b_ctx[i, j]
         tokens += k
         if (inst.b_new[i, j] == 1 or spec) and reqs.n_out[r] > 0 and \
                 inst.b_ctx[i, j] == num_tokens(reqs, r) - 1:
             decode_tokens += k
+    return passes, tokens, decode_tokens
+
+
+@sim_jit_inline
+def group_moe_tokens(w, g, n):
+    """Tokens the MoE layers of lockstep group ``g`` (``n`` ranks) see in the step its busy
+    members were just scheduled for, by the group's rule (:class:`~serveplan.sim.pools.DPTokens`)."""
+    total = 0
+    most = 0
+    extend = False
+    for j in range(g, g + n):
+        if w.inst.ist[j, I_BUSY] != 0:
+            _, tokens, decode_tokens = batch_tokens(w, j)
+            total += tokens
+            most = tokens if tokens > most else most
+            extend = extend or tokens > decode_tokens
+    return dp_moe_tokens(w.knobs[g, K_DP_TOKENS], n, total, most, extend)
+
+
+@sim_jit
+def dp_moe_tokens(rule, n, total, most, extend):
+    """Tokens the MoE layers of ``n`` lockstep ranks see when they hold ``total`` tokens in
+    all, ``most`` on the busiest, and ``extend``: some rank prefills
+    (:class:`~serveplan.sim.pools.DPTokens`)."""
+    if rule == DP_TOKENS_SUM or (rule == DP_TOKENS_SGLANG and (extend or 2 * total < n * most)):
+        return float(total)
+    return float(n * most)
+
+
+@sim_jit_inline
+def price_step(w, i, now, moe_tokens):
+    """Price instance ``i``'s scheduled batch from ``now``, mark it busy and record it.
+    ``moe_tokens`` > 0: the tokens its MoE layers see (its lockstep group's,
+    :func:`serveplan.sim.costs.moe_tokens_slot`); 0: its own tokens times its ``dp``."""
+    inst, reqs = w.inst, w.views[stage_of(w.knobs[i, K_ROLE])]
+    bn = inst.ist[i, I_BATCH]
+    passes, tokens, decode_tokens = batch_tokens(w, i)
     c = w.knobs[i, K_COST]
-    if spec:
+    slot = moe_tokens_slot(w.costs, c) if moe_tokens > 0.0 and passes == 1 and tokens > 0 \
+        else -1
+    if slot >= 0:  # the MoE rows see moe_tokens / tokens times this rank's tokens
+        own = w.costs.prm[slot]
+        w.costs.prm[slot] = moe_tokens / tokens
+    if w.knobs[i, K_SPEC_TOKENS] > 0:
         gpu = spec_step_seconds(w.costs, inst, reqs, w.knobs, i, bn, tokens)
     else:
         gpu = passes * step_seconds(w.costs, c, inst, i, bn, tokens if passes == 1 else bn)
+    if slot >= 0:
+        w.costs.prm[slot] = own
     gpu += take_pending_load(w.pool, i)  # CPU-tier loads of the requests it admitted
     dt = step_runtime(w.costs.rt[c], gpu, bn, tokens, w.knobs[i, K_ASYNC] != 0)
     used = num_used(w.pool, i)

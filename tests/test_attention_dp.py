@@ -13,12 +13,15 @@ import numpy as np
 import pytest
 
 from serveplan.estimator.oracle import CostOracle
+from serveplan.kernels import roofline as K
+from serveplan.kernels.reference import step_time_ref
 from serveplan.resolution import resolve
 from serveplan.sim.costs import AffineStepCost
 from serveplan.sim.kvlink import KVLink
 from serveplan.sim.loop_api import run_pools
 from serveplan.sim.params import EngineParams
-from serveplan.sim.pools import PoolSpec
+from serveplan.sim.pools import DPTokens, PoolSpec
+from serveplan.sim.step import dp_moe_tokens
 from serveplan.sim.workload import Requests
 
 
@@ -161,3 +164,71 @@ def test_goodput_and_search_bound_count_every_dp_rank():
     assert g.rate > 0
     assert upper_bound(two, slo) >= g.rate
     assert g.rate > find_goodput(one, slo, fidelity="iteration", seeds=(0,), rtol=0.1).rate
+
+
+# --- what the MoE layers of the ranks see together (DPTokens) ------------------------------
+
+@pytest.mark.parametrize(("rule", "n", "total", "most", "extend", "expected"), [
+    (DPTokens.MAX, 4, 5, 4, False, 16),   # vLLM pads every rank to the busiest: 4 x 4
+    (DPTokens.MAX, 4, 5, 4, True, 16),
+    (DPTokens.SUM, 4, 5, 4, False, 5),    # TensorRT-LLM gathers what the ranks hold
+    (DPTokens.SGLANG, 4, 5, 4, True, 5),  # extend in the batch: SUM_LEN
+    (DPTokens.SGLANG, 4, 5, 4, False, 5),  # decode, 2 x 5 < 4 x 4: SUM_LEN
+    (DPTokens.SGLANG, 2, 5, 4, False, 8),  # decode, 2 x 5 >= 2 x 4: MAX_LEN
+    (DPTokens.SGLANG, 2, 4, 4, False, 8),  # a tie goes to MAX_LEN (`>=` in SGLang)
+])
+def test_dp_moe_tokens_follow_each_engines_rule(rule, n, total, most, extend, expected):
+    """SGLang ``DpPaddingMode.get_dp_padding_mode``: SUM_LEN when a rank extends, else
+    MAX_LEN if ``sum_len * 2 >= max_len * dp_size``; vLLM ``get_dp_padding`` pads to the
+    max; TensorRT-LLM sends each rank's own tokens."""
+    assert dp_moe_tokens(int(rule), n, total, most, extend) == expected
+
+
+def _moe_step(oracle, new, ctx, moe_tokens):
+    """The NumPy reference step of one rank whose MoE rows see ``moe_tokens`` tokens."""
+    ops, mods, prm, gs = oracle.kernel_args
+    prm = prm.copy()
+    prm[K.P_MOE_TOKENS] = moe_tokens / sum(new)
+    return step_time_ref(np.array(new), np.array(ctx), ops, mods, prm, gs)
+
+
+@pytest.mark.parametrize("rule", [DPTokens.MAX, DPTokens.SUM, DPTokens.SGLANG])
+def test_a_group_step_prices_the_moe_at_the_groups_tokens(rule):
+    """Qwen3-30B-A3B on H100, tp 1 x dp 2 x ep 2; round robin: A (t = 0, 32-token prompt,
+    2 tokens out) on rank 0, B (t = 0.1 ms, 512-token prompt) on rank 1.
+
+    Step 1: A prefills alone; its experts see 2 x 32 = 64 tokens (MAX) or 32 (SUM; SGLang
+    extends, so SUM_LEN). Step 2: A decodes 1 token while B prefills 512; the experts see
+    2 x 512 = 1,024 (MAX) or 513 (SUM, SGLang) tokens on both ranks, and the step ends with
+    the slower rank. Each rank's time is the NumPy reference's."""
+    oracle = CostOracle("qwen3-30b-a3b", "h100", tp=1, dp=2, ep=2)
+    params = EngineParams(num_gpu_blocks=256, max_model_len=2048)
+    pool = PoolSpec(params, oracle, 2, lockstep=2, dp_tokens=rule)
+    reqs = Requests(arrival_s=np.array([0.0, 1e-4]), prompt_len=np.array([32, 512]),
+                    output_len=np.array([2, 1]))
+    res = run_pools(reqs, [pool], router="round-robin")
+    pad = rule == DPTokens.MAX
+    t1 = _moe_step(oracle, [32], [0], 64 if pad else 32)
+    g2 = 1024 if pad else 513
+    t2 = t1 + max(_moe_step(oracle, [1], [32], g2), _moe_step(oracle, [512], [0], g2))
+    assert res.reqs.inst.tolist() == [0, 1]
+    assert res.reqs.t_first == pytest.approx([t1, t2], rel=1e-9)
+    assert res.pd.t_finish[:2] == pytest.approx([t2, t2], rel=1e-9)
+
+
+def test_padding_to_the_busiest_rank_is_the_oracles_own_dp_price():
+    """With MAX a rank holding the most tokens is priced exactly as the oracle prices one
+    rank of its dp (every rank taken as loaded alike), and no rule charges more than MAX."""
+    oracle = CostOracle("qwen3-30b-a3b", "h100", tp=1, dp=2, ep=2)
+    assert _moe_step(oracle, [512], [0], 1024) == pytest.approx(
+        oracle.step_time(np.array([512]), np.array([0])), rel=1e-9)
+    assert _moe_step(oracle, [512], [0], 513) < _moe_step(oracle, [512], [0], 1024)
+
+
+def test_each_engine_gets_its_own_rule():
+    pools = {e: resolve(_pool(engine=e)).pools[0] for e in ("vllm", "sglang", "trtllm")}
+    assert {e: p.spec().dp_tokens for e, p in pools.items()} == {
+        "vllm": DPTokens.MAX, "sglang": DPTokens.SGLANG, "trtllm": DPTokens.SUM}
+    assert resolve(_pool()).pools[0].spec().dp_tokens == DPTokens.MAX  # no engine: vLLM's
+    eager = resolve(_pool(engine="vllm", cuda_graph=False)).pools[0]
+    assert eager.spec().dp_tokens == DPTokens.SUM  # vLLM pads only with CUDA graphs

@@ -373,3 +373,23 @@ def test_yaml_routing_error_names_the_field(tmp_path):
     r = runner.invoke(app, ["simulate", str(path)])
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert "error: deployment.moe_routing.skew: uniform routing has no skew" in r.output
+
+
+def test_redundant_experts_take_their_weights_out_of_the_kv_cache():
+    """DeepSeek-V3 (fp8 block-scaled), tp 1 x dp 8 x ep 8: 32 EPLB replicas put 32 / 8 = 4
+    more experts on each rank, each 3 x 7,168 x 2,048 weights in each of its 58 MoE layers
+    at 1 B plus a 4-byte scale per 128 x 128 block -- 9.52 GiB more per GPU, which vLLM's
+    profile run finds resident and takes from the KV cache."""
+    from serveplan.estimator.memory import plan_memory, resolve_setup
+    from serveplan.estimator.specs import Parallelism
+
+    par = Parallelism(tp=1, dp=8, ep=8)
+    plain = resolve_setup("deepseek-v3", "h200", par)
+    eplb = resolve_setup("deepseek-v3", "h200", par, redundant_experts=32)
+    weights = 4 * 58 * 3 * 7168 * 2048
+    assert eplb.weights[0] - plain.weights[0] == pytest.approx(weights * (1 + 4 / 128**2))
+    kv_plain = plan_memory("deepseek-v3", "h200", par)
+    kv_eplb = plan_memory("deepseek-v3", "h200", par, redundant_experts=32)
+    block_bytes = kv_plain.block_size * kv_plain.kv_bytes_per_token  # all 61 layers
+    lost = (kv_plain.num_gpu_blocks - kv_eplb.num_gpu_blocks) * block_bytes
+    assert lost == pytest.approx(eplb.weights[0] - plain.weights[0], abs=block_bytes)
