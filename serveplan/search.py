@@ -96,8 +96,11 @@ class SearchSpec(BaseModel):
     cv: Cv = 1.0
     slo: SLO = SLO(ttft_ms=1500, tpot_ms=70)
     tp: tuple[int, ...] = (1, 2, 4, 8)
+    dp: tuple[int, ...] = Field(
+        (1,), description="Attention data-parallel ranks per instance to try (MoE models); "
+        "an instance of tp x dp runs its experts expert-parallel over all tp x dp GPUs.")
     pp: Gpus = Field(1, ge=1)
-    ep: Gpus = Field(1, ge=1)
+    ep: Gpus = Field(1, ge=1, description="Expert-parallel size of dp 1 instances.")
     architectures: tuple[Literal["colocated", "pd", "afd"], ...] = Field(
         ("colocated", "pd"), description="afd (attention/FFN disaggregation) is opt-in.")
     same_tp: bool = Field(False, description="PD, AFD: every role uses the same TP.")
@@ -137,6 +140,7 @@ class SearchSpec(BaseModel):
         if max(self.tp) > MAX_GPUS:
             raise _error("SearchSpec", ("tp",), f"sizes must be at most {MAX_GPUS:,} (GPUs "
                          f"of one instance), got {max(self.tp):,}", max(self.tp))
+        self._check_dp()
         if "afd" in self.architectures and self.fidelity == "request":
             raise _error("SearchSpec", ("fidelity",), "the request level has no "
                          "attention/FFN model: give auto, iteration or analytic with afd",
@@ -154,7 +158,24 @@ class SearchSpec(BaseModel):
                          "larger --tp sizes only, --same-tp or --arch colocated", self.gpus)
         return self
 
-    @field_validator("tp", "micro_batches")
+    def _check_dp(self) -> None:
+        if not self.dp or min(self.dp) < 1:
+            raise _error("SearchSpec", ("dp",), "give sizes >= 1", self.dp)
+        if max(self.dp) > 1 and not resolve_model(self.model).is_moe:
+            raise _error("SearchSpec", ("dp",), "dp > 1 instances run their experts "
+                         f"expert-parallel over tp x dp GPUs; {self.model} has no MoE layers "
+                         "(give dp 1)", max(self.dp))
+
+    @property
+    def shapes(self) -> tuple[tuple[int, int], ...]:
+        """The ``(tp, dp)`` instance shapes to try."""
+        return tuple((t, d) for t in self.tp for d in self.dp)
+
+    def shape_gpus(self, shape: tuple[int, int]) -> int:
+        """GPUs of one instance of ``shape``."""
+        return shape[0] * shape[1] * self.pp
+
+    @field_validator("tp", "dp", "micro_batches")
     @classmethod
     def _distinct(cls, tp: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(dict.fromkeys(tp))  # a size given twice would list strategies twice
@@ -170,8 +191,12 @@ class SearchSpec(BaseModel):
         longest = _max_len(self.isl) + _max_len(self.osl)
         return max(4096, 1 << math.ceil(math.log2(longest)))
 
-    def instance(self, tp: int, gpu: str | None = None) -> dict:
-        out = {"model": self.model, "gpu": gpu or self.gpu_types[0], "tp": tp, "pp": self.pp, "ep": self.ep,
+    def instance(self, tp: int, gpu: str | None = None, dp: int = 1) -> dict:
+        """One instance's fields; with ``dp > 1`` its experts run expert-parallel over all
+        ``tp x dp`` GPUs (vLLM ``--enable-expert-parallel``, SGLang and TensorRT-LLM wide EP)."""
+        ep = tp * dp if dp > 1 else self.ep
+        out = {"model": self.model, "gpu": gpu or self.gpu_types[0], "tp": tp, "pp": self.pp,
+               "ep": ep, **({"dp": dp} if dp > 1 else {}),
                "max_num_seqs": self.max_num_seqs,
                "gpu_memory_utilization": self.gpu_memory_utilization,
                "max_model_len": self.resolved_max_model_len(), "scheduler": self.scheduler}
@@ -194,17 +219,18 @@ def _max_len(spec) -> int:
 
 
 def _pd_counts(spec: SearchSpec):
-    """``(tp_p, tp_d, y, z_max)``: per TP pair and prefill count ``y``, decode counts
-    ``1..z_max`` fit the budget (step 1; rows with ``z_max < 1`` are left out)."""
-    g, per = spec.gpus, {t: t * spec.pp for t in spec.tp}
-    for tp_p in spec.tp:
-        for tp_d in spec.tp:
-            if spec.same_tp and tp_p != tp_d:
+    """``(shape_p, shape_d, y, z_max)``: per pair of ``(tp, dp)`` shapes and prefill count
+    ``y``, decode counts ``1..z_max`` fit the budget (step 1; rows with ``z_max < 1`` are
+    left out)."""
+    g = spec.gpus
+    for shape_p in spec.shapes:
+        for shape_d in spec.shapes:
+            if spec.same_tp and shape_p[0] != shape_d[0]:
                 continue
-            for y in range(1, g // per[tp_p] + 1):
-                z_max = (g - y * per[tp_p]) // per[tp_d]
+            for y in range(1, g // spec.shape_gpus(shape_p) + 1):
+                z_max = (g - y * spec.shape_gpus(shape_p)) // spec.shape_gpus(shape_d)
                 if z_max >= 1:
-                    yield tp_p, tp_d, y, z_max
+                    yield shape_p, shape_d, y, z_max
 
 
 def count_strategies(spec: SearchSpec, stop: int | None = None) -> int:
@@ -212,7 +238,7 @@ def count_strategies(spec: SearchSpec, stop: int | None = None) -> int:
     with ``stop``, counting ends at the first count above it."""
     n, types = 0, len(spec.gpu_types)
     if "colocated" in spec.architectures:
-        n += types * sum(spec.gpus // (t * spec.pp) for t in spec.tp)
+        n += types * sum(spec.gpus // spec.shape_gpus(s) for s in spec.shapes)
     if "pd" in spec.architectures:
         for *_, z_max in _pd_counts(spec):
             n += types * types * z_max
@@ -227,22 +253,20 @@ def enumerate_strategies(spec: SearchSpec) -> list:
     """Every deployment of the budget: ``xm``, ``ypzd``, then ``XpYaZf`` (module
     docstring, step 1; :mod:`serveplan.search_afd`)."""
     out = []
-    g = spec.gpus
-    per = {t: t * spec.pp for t in spec.tp}
     types = spec.gpu_types
     if "colocated" in spec.architectures:
         for gpu in types:
-            for t in spec.tp:
-                for x in range(1, g // per[t] + 1):
-                    out.append(Deployment(**spec.instance(t, gpu), num_instances=x))
+            for t, d in spec.shapes:
+                for x in range(1, spec.gpus // spec.shape_gpus((t, d)) + 1):
+                    out.append(Deployment(**spec.instance(t, gpu, d), num_instances=x))
     if "pd" in spec.architectures:
         for gpu_p in types:
             for gpu_d in types:
-                for tp_p, tp_d, y, z_max in _pd_counts(spec):
+                for (tp_p, dp_p), (tp_d, dp_d), y, z_max in _pd_counts(spec):
                     for z in range(1, z_max + 1):
                         out.append(PDDeployment(
-                            prefill=Pool(**spec.instance(tp_p, gpu_p), num_instances=y),
-                            decode=Pool(**spec.instance(tp_d, gpu_d), num_instances=z)))
+                            prefill=Pool(**spec.instance(tp_p, gpu_p, dp_p), num_instances=y),
+                            decode=Pool(**spec.instance(tp_d, gpu_d, dp_d), num_instances=z)))
     if "afd" in spec.architectures:
         out += afd_rows(spec)
     return out
@@ -334,9 +358,9 @@ def _family(d, spec: SearchSpec) -> tuple[tuple, int]:
     if isinstance(d, PDDeployment):
         y, z = d.prefill.num_instances, d.decode.num_instances
         g = math.gcd(y, z)
-        return ("pd", d.prefill.gpu, d.decode.gpu, d.prefill.tp, d.decode.tp, y // g,
-                z // g), g
-    return ("colocated", d.gpu, d.tp), d.num_instances
+        return ("pd", d.prefill.gpu, d.decode.gpu, d.prefill.tp, d.decode.tp, d.prefill.dp,
+                d.decode.dp, y // g, z // g), g
+    return ("colocated", d.gpu, d.tp, d.dp), d.num_instances
 
 
 def _mark_dominated(rows: list[_Row], spec: SearchSpec) -> None:

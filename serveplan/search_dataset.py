@@ -15,11 +15,13 @@ from serveplan.deployments import PDDeployment, strategy_name
 from serveplan.pricing import cost_efficiency, spend_ratio
 from serveplan.search_afd import afd_coords, afd_label, is_afd
 
-__all__ = ["strategy_dataset", "strategy_label"]
+__all__ = ["shape_label", "strategy_dataset", "strategy_label"]
 
 
 COORDS = ("architecture", "n_prefill", "n_decode", "tp_prefill", "tp_decode", "gpu_prefill",
           "gpu_decode")
+DP_COORDS = ("dp_prefill", "dp_decode")
+"""Coords of a search that tries attention data parallelism (``--dp``)."""
 AFD_COORDS = ("n_ffn", "tp_ffn", "gpu_ffn", "micro_batches")
 """Coords of a search that includes AFD (``n_decode`` etc. are then the attention pool's;
 other strategies have no FFN pool: 0, 0, "" and 0)."""
@@ -32,14 +34,19 @@ def _coords(d) -> dict:
         return {"architecture": "pd", "n_prefill": d.prefill.num_instances,
                 "n_decode": d.decode.num_instances, "tp_prefill": d.prefill.tp,
                 "tp_decode": d.decode.tp, "gpu_prefill": d.prefill.gpu,
-                "gpu_decode": d.decode.gpu}
+                "gpu_decode": d.decode.gpu, "dp_prefill": d.prefill.dp, "dp_decode": d.decode.dp}
     return {"architecture": "colocated", "n_prefill": d.num_instances,
             "n_decode": d.num_instances, "tp_prefill": d.tp, "tp_decode": d.tp,
-            "gpu_prefill": d.gpu, "gpu_decode": d.gpu}
+            "gpu_prefill": d.gpu, "gpu_decode": d.gpu, "dp_prefill": d.dp, "dp_decode": d.dp}
+
+
+def shape_label(tp: int, dp: int) -> str:
+    """``tp2``, ``tp1dp8``: an instance's tensor x attention data parallelism."""
+    return f"tp{tp}" + (f"dp{dp}" if dp > 1 else "")
 
 
 def strategy_label(d, with_gpus: bool = False) -> str:
-    """``3p2d-tp2/1`` (``-h100/h20`` appended when ``with_gpus``)."""
+    """``3p2d-tp2/1``, ``4m-tp1dp8`` (``-h100/h20`` appended when ``with_gpus``)."""
     c = _coords(d)
     if c["architecture"] == "afd":
         return afd_label(d, strategy_name(d), with_gpus)
@@ -47,11 +54,12 @@ def strategy_label(d, with_gpus: bool = False) -> str:
     if with_gpus:
         gpu = ("-" + c["gpu_prefill"] if c["gpu_prefill"] == c["gpu_decode"]
                else f"-{c['gpu_prefill']}/{c['gpu_decode']}")
-    if c["architecture"] == "pd":
-        tp = (f"tp{c['tp_prefill']}" if c["tp_prefill"] == c["tp_decode"]
-              else f"tp{c['tp_prefill']}/{c['tp_decode']}")
-        return f"{strategy_name(d)}-{tp}{gpu}"
-    return f"{strategy_name(d)}-tp{c['tp_prefill']}{gpu}"
+    p = shape_label(c["tp_prefill"], c["dp_prefill"])
+    q = shape_label(c["tp_decode"], c["dp_decode"])
+    if c["architecture"] == "pd" and p != q:  # 3p2d-tp2/1, 3p2d-tp2/tp1dp8
+        q = q[2:] if c["dp_prefill"] == c["dp_decode"] == 1 else q
+        return f"{strategy_name(d)}-{p}/{q}{gpu}"
+    return f"{strategy_name(d)}-{p}{gpu}"
 
 
 def _baseline(rows, spec):
@@ -78,8 +86,10 @@ def strategy_dataset(rows, spec, seconds: float):
     rows = sorted(rows, key=key)
     base = _baseline(rows, spec)
     mixed = len(spec.gpu_types) > 1
-    names = COORDS + (AFD_COORDS if "afd" in spec.architectures else ())
-    none = {"n_ffn": 0, "tp_ffn": 0, "gpu_ffn": "", "micro_batches": 0}
+    names = COORDS + (DP_COORDS if max(spec.dp) > 1 else ()) + \
+        (AFD_COORDS if "afd" in spec.architectures else ())
+    none = {"n_ffn": 0, "tp_ffn": 0, "gpu_ffn": "", "micro_batches": 0, "dp_prefill": 1,
+            "dp_decode": 1}
     coords = {k: ("strategy", [_coords(r.deployment).get(k, none.get(k)) for r in rows])
               for k in names}
     coords["name"] = ("strategy", [strategy_label(r.deployment, mixed) for r in rows])

@@ -19,6 +19,8 @@ import json
 
 import numpy as np
 
+from serveplan.search_dataset import shape_label
+
 __all__ = ["feasible", "infeasible_reasons", "legend", "recommendation", "search_table"]
 
 STATUS_MEANING = {
@@ -212,6 +214,12 @@ def _baseline_text(ds, best) -> str:
             f"cost efficiency {float(best['cost_efficiency']):.2f} (Frontier §6.2).")
 
 
+def _at(r, role: str) -> str:
+    """``TP 2`` or ``TP 1 x DP 8`` of a strategy's ``prefill`` or ``decode`` instances."""
+    tp, dp = int(r[f"tp_{role}"]), int(r[f"dp_{role}"]) if f"dp_{role}" in r else 1
+    return f"TP {tp}" + (f" x DP {dp}" if dp > 1 else "")
+
+
 def _describe(r) -> str:
     if str(r["architecture"].values) == "afd":
         return (f"{_plural(int(r['n_prefill']), 'prefill instance')} at TP "
@@ -219,10 +227,9 @@ def _describe(r) -> str:
                 f"at TP {int(r['tp_decode'])} + {_plural(int(r['n_ffn']), 'FFN instance')} at "
                 f"TP {int(r['tp_ffn'])}, {_plural(int(r['micro_batches']), 'micro-batch')}")
     if str(r["architecture"].values) == "pd":
-        return (f"{_plural(int(r['n_prefill']), 'prefill instance')} at TP "
-                f"{int(r['tp_prefill'])} + {_plural(int(r['n_decode']), 'decode instance')} "
-                f"at TP {int(r['tp_decode'])}")
-    return f"{_plural(int(r['n_prefill']), 'colocated instance')} at TP {int(r['tp_prefill'])}"
+        return (f"{_plural(int(r['n_prefill']), 'prefill instance')} at {_at(r, 'prefill')}"
+                f" + {_plural(int(r['n_decode']), 'decode instance')} at {_at(r, 'decode')}")
+    return f"{_plural(int(r['n_prefill']), 'colocated instance')} at {_at(r, 'prefill')}"
 
 
 def _class(r) -> tuple[tuple, str]:
@@ -231,9 +238,13 @@ def _class(r) -> tuple[tuple, str]:
     if str(r["architecture"].values) == "afd":
         tps = (tp_p, tp_d, int(r["tp_ffn"]))
         return (2, *tps), "afd tp" + "/".join(map(str, tps))
-    if str(r["architecture"].values) == "pd":
-        return (1, tp_p, tp_d), f"pd tp{tp_p}" + (f"/{tp_d}" if tp_p != tp_d else "")
-    return (0, tp_p, tp_d), f"colocated tp{tp_p}"
+    dp_p, dp_d = (int(r["dp_prefill"]), int(r["dp_decode"])) if "dp_prefill" in r else (1, 1)
+    p, d = shape_label(tp_p, dp_p), shape_label(tp_d, dp_d)
+    if str(r["architecture"].values) == "pd":  # pd tp2/1, pd tp1/tp1dp4
+        d = d[2:] if dp_p == dp_d == 1 else d
+        return (1, tp_p, dp_p, tp_d, dp_d), f"pd {p}" + (f"/{d}" if (tp_p, dp_p) != (tp_d, dp_d)
+                                                         else "")
+    return (0, tp_p, dp_p, tp_d, dp_d), f"colocated {p}"
 
 
 _PRIORITY = {"decided": 0, "pruned": 1, "oom": 2, "invalid": 2, "budget": 3}

@@ -98,7 +98,8 @@ def batch_tokens(w, i):
 @sim_jit_inline
 def group_moe_tokens(w, g, n):
     """Tokens the MoE layers of lockstep group ``g`` (``n`` ranks) see in the step its busy
-    members were just scheduled for, by the group's rule (:class:`~serveplan.sim.pools.DPTokens`)."""
+    members were just scheduled for, by the group's rule
+    (:class:`~serveplan.sim.pools.DPTokens`)."""
     total = 0
     most = 0
     extend = False

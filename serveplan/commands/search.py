@@ -38,7 +38,7 @@ FLAGS = {"gpus": "--gpus", "isl": "--isl", "osl": "--osl", "tp": "--tp",
          "seeds": "--seeds", "rtol": "--rtol", "top": "--top", "max_decide": "--max-decide",
          "max_num_seqs": "--max-num-seqs", "max_model_len": "--max-model-len",
          "gpu": "--gpu", "rank_by": "--rank-by", "prices": "--price",
-         "micro_batches": "--micro-batches", "same_tp": "--same-tp"}
+         "micro_batches": "--micro-batches", "same_tp": "--same-tp", "dp": "--dp"}
 """The option of each :class:`SearchSpec` field the command sets."""
 
 
@@ -93,6 +93,8 @@ SameTpOpt = typer.Option(False, "--same-tp", help="PD, AFD: one TP for every rol
 MaxModelLenOpt = typer.Option(None, "--max-model-len", min=2, help="Longest request in "
                               "tokens (default: next power of 2 above the longest request, at "
                               "least 4096).")
+DpOpt = typer.Option("1", "--dp", help="Attention data-parallel ranks per instance to try "
+                     "(MoE models: experts run expert-parallel over tp x dp GPUs).")
 MicroBatchesOpt = typer.Option("1,2", "--micro-batches", help="AFD: micro-batches (ping-pong "
                                "lanes) of the attention instances to try.")
 
@@ -111,6 +113,7 @@ def search(
     attainment: float | None = typer.Option(
         None, "--attainment", help="Instead: fraction of requests meeting both goals."),
     tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel sizes to try."),
+    dp: str = DpOpt,
     arch: str = ArchOpt,
     same_tp: bool = SameTpOpt,
     micro_batches: str = MicroBatchesOpt,
@@ -137,11 +140,10 @@ def search(
     from serveplan.results_io import write_netcdf
     from serveplan.search_report import feasible
 
-    archs = tuple(a.strip() for a in arch.split(",") if a.strip())
-    slo = SLO(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, percentile=percentile,
-              attainment=attainment)
+    slo = SLO(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, percentile=percentile, attainment=attainment)
     spec = _spec(model=model, gpu=gpu, gpus=gpus, isl=isl, osl=osl, slo=slo,
-                 tp=_ints(tp, "tp"), architectures=archs, same_tp=same_tp,
+                 tp=_ints(tp, "tp"), dp=_ints(dp, "dp"), same_tp=same_tp,
+                 architectures=tuple(a.strip() for a in arch.split(",") if a.strip()),
                  micro_batches=_ints(micro_batches, "micro-batches"),
                  fidelity=fidelity, num_requests=requests, seeds=seeds, rtol=rtol,
                  top=top, max_decide=max_decide, max_num_seqs=max_num_seqs,
