@@ -228,7 +228,7 @@ def activation_peak_bytes(model: ModelSpec, par: Parallelism, max_num_batched_to
         widest = max(widest, T * (2 * ld.key + 2 * ld.val) * act
                      + T / CHUNK * ld.hv * ld.dk * ld.dv * act)
     if model.is_moe:
-        inter = model.moe_intermediate_size / (1 if par.ep > 1 else t)
+        inter = model.moe_intermediate_size / par.moe_tp
         chunk = min(T * par.dp, 32768.0)
         widest = max(widest, chunk * model.experts_per_token * (3 * inter + h) * act)
     rows = min(float(max_num_seqs), T)

@@ -448,7 +448,8 @@ def _moe(b, model, par, act, frac, redundant=0):
     """Router, routed experts (fused MoE), shared experts, EP all-to-all.
 
     With ``ep == 1`` every rank holds all experts sharded ``tp`` ways; with ``ep > 1``
-    each rank holds ``E / ep`` whole experts. The step's tokens T are one attention-DP
+    each rank holds ``E / ep`` experts, each sharded over the ``moe_tp = tp * dp / ep``
+    ranks of its expert-parallel group (whole experts when ``ep = tp * dp``). The step's tokens T are one attention-DP
     rank's; its experts see the tokens of all ``dp`` ranks, T · dp (ranks taken as equally
     loaded). Routing is taken as uniform: a token picks a given expert with probability
     top-k / E, so E[assignments on this rank] = tokens · top-k · E_local / E and
@@ -463,7 +464,7 @@ def _moe(b, model, par, act, frac, redundant=0):
     h = model.hidden_size
     E, k = model.num_experts, model.experts_per_token
     ep = par.ep
-    shard = 1 if ep > 1 else par.tp
+    shard = par.moe_tp
     inter = model.moe_intermediate_size / shard
     physical = E + redundant
     local = physical / ep

@@ -273,8 +273,11 @@ class GPUSpec(BaseModel):
 class Parallelism(BaseModel):
     """How one serving instance is split: tensor, pipeline, expert, data (attention) parallel.
 
-    ``ep`` experts are spread over ``ep`` ranks; with ``ep > 1`` an expert is not sharded
-    further (vLLM's ``--enable-expert-parallel``), and ``ep`` must divide ``tp * dp``.
+    ``ep`` experts are spread over ``ep`` groups of the ``tp * dp`` ranks (``ep`` must
+    divide ``tp * dp``); each expert is sharded over the :attr:`moe_tp` ranks of its group.
+    vLLM's ``--enable-expert-parallel`` spans every rank (``ep = tp * dp``, ``moe_tp = 1``);
+    SGLang's ``--ep-size`` and TensorRT-LLM's ``moe_expert_parallel_size`` may mix both
+    (``tp 8, ep 4``: every expert on 2 ranks).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -293,6 +296,12 @@ class Parallelism(BaseModel):
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @property
+    def moe_tp(self) -> int:
+        """Ranks one expert is sharded over: ``tp`` without expert parallelism, else the
+        ``tp * dp / ep`` ranks of an expert-parallel group."""
+        return self.tp * self.dp // self.ep if self.ep > 1 else self.tp
 
     def check_model(self, m: ModelSpec) -> None:
         """Raise :class:`SpecError` if ``m`` cannot be split this way (as vLLM would)."""

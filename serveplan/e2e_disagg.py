@@ -30,8 +30,8 @@ __all__ = ["DP_DISPATCH", "TRTLLM_BLOCK", "disagg_pools", "disagg_reason", "layo
 
 TRTLLM_BLOCK = 32
 """TensorRT-LLM's ``tokens_per_block`` in the generator's rule (budgets are multiples)."""
-MOE_TP_EP = ("MoE tensor x expert parallel mixed (moe_tp > 1 with moe_ep > 1, or MoE tensor "
-             "parallel across attention-DP ranks) not modelled")
+MOE_TP_EP = ("attention DP with MoE tensor parallelism (moe_ep < tp x attention_dp) not "
+             "modelled")
 UNRECORDED = "disaggregated: worker counts and batch sizes not recorded"
 
 
@@ -52,10 +52,12 @@ def token_budget(engine: str, tokens: int, page: int = 1) -> int:
 
 def layout_reason(tp: int, dp: int, ep: int) -> str | None:
     """Why a worker of ``tp`` x ``dp`` (attention) ranks with ``moe_ep = ep`` cannot be
-    laid out, or None. serveplan's expert parallelism puts whole experts on the ``ep``
-    ranks, so ``ep`` must span every GPU of the worker (``moe_tp = 1``); with ``ep = 1``
-    attention DP would need the experts sharded over all ``tp x dp`` GPUs."""
-    if (dp > 1 or ep > 1) and ep != tp * dp:
+    laid out, or None. With attention TP alone (``dp = 1``) every rank sees every token,
+    so ``ep`` groups of ``moe_tp = tp / ep`` ranks each hold their experts sharded that
+    many ways (:attr:`~serveplan.estimator.specs.Parallelism.moe_tp`). With attention DP,
+    serveplan's all-to-all moves each rank's own tokens to whole experts: ``ep`` must span
+    every GPU of the worker."""
+    if dp > 1 and ep != tp * dp:
         return MOE_TP_EP
     return None
 

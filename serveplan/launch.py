@@ -171,6 +171,11 @@ def _title(p: Placement, hosts: list[str]) -> str:
 
 # ----------------------------------------------------------------------------- vLLM
 def _vllm_flags(c: InstanceConfig) -> list[str]:
+    if 1 < c.ep != c.tp * c.dp:
+        raise UserError(f"export: vLLM's expert parallelism spans all tp x dp = {c.tp * c.dp} "
+                        f"GPUs of an instance; ep={c.ep} shards each expert over "
+                        f"{c.tp * c.dp // c.ep} of them, which SGLang runs (--engine sglang) "
+                        "and vLLM does not")
     f = [f"--tensor-parallel-size {c.tp}"]
     if c.pp > 1:
         f.append(f"--pipeline-parallel-size {c.pp}")

@@ -119,8 +119,8 @@ def test_minimax_fp4_reads_nvidias_checkpoint(aic):
 # ------------------------------------------------------------------ rows and their reasons
 @pytest.mark.parametrize("kw,reason", [
     (dict(model="openai/gpt-oss-120b", precision="fp8"), "fp8 checkpoint of openai/gpt-oss"),
-    (dict(tp=8, ep=4), "MoE tensor x expert parallel mixed"),      # moe_tp 2 x moe_ep 4
-    (dict(tp=1, dp=4, ep=1), "MoE tensor x expert parallel mixed"),    # experts over DP ranks
+    (dict(tp=1, dp=4, ep=1), "attention DP with MoE tensor parallelism"),  # experts over DP
+    (dict(tp=2, dp=4, ep=4), "attention DP with MoE tensor parallelism"),  # moe_tp 2 under DP
     (dict(system="gb200", tp=36), "does not divide the attention heads"),
     (dict(concurrency=24, batch_size=16), "agg worker count unknown"),
 ])
@@ -141,6 +141,7 @@ def test_rows_still_refused_say_why(aic, kw, reason):
          moe_quant="mxfp4", tp=2),
     dict(tp=4, ep=4),                                          # TP 4 attention, EP 4 experts
     dict(tp=1, dp=8, ep=8, concurrency=128),                   # wide EP: attention DP 8
+    dict(tp=8, ep=4),                                          # moe_tp 2 x moe_ep 4
     dict(model="zhipuai/GLM-5", engine="sglang", precision="fp8", gemm_quant="fp8",
          moe_quant="fp8_block"),                               # MLA + sparse attention
     dict(model="zhipuai/GLM-5", engine="sglang"),              # its NVFP4 checkpoint
@@ -207,8 +208,10 @@ def test_disaggregated_rows_become_pd_pools(aic):
 
 
 def test_disaggregated_refusals(aic):
-    mixed = _disagg(Role(1, 1, 8, 1, 1, 4), Role(1, 8, 8, 1, 1, 1))
-    assert expressible(mixed, aic) == "disaggregated: " + MOE_TP_EP
+    sharded = _disagg(Role(1, 1, 2, 1, 4, 4), Role(1, 8, 8, 1, 1, 1))  # moe_tp 2 under DP
+    assert expressible(sharded, aic) == "disaggregated: " + MOE_TP_EP
+    mixed = _disagg(Role(1, 1, 8, 1, 1, 4), Role(1, 8, 8, 1, 1, 1))  # attention TP, ep 4
+    assert expressible(mixed, aic) is None
     wide = _disagg(Role(1, 1, 4, 1, 1, 4), Role(1, 8, 1, 1, 8, 8))
     assert expressible(wide, aic) is None
     assert deployment(wide, aic)["pools"][1]["dp"] == 8
@@ -216,17 +219,18 @@ def test_disaggregated_refusals(aic):
     assert expressible(unrecorded, aic) == UNRECORDED
 
 
-def test_disagg_mixed_moe_count_matches_the_csv_columns(aic):
+def test_disagg_sharded_experts_under_dp_count_matches_the_csv_columns(aic):
     """Independently of the code's row model: disagg rows of a modelled architecture whose
-    prefill or decode columns show MoE tensor and expert parallelism mixed (moe_tp > 1 with
-    moe_ep > 1), or attention DP over tensor-parallel experts, are exactly those refusals."""
+    prefill or decode columns show attention DP over tensor-parallel experts (attention DP
+    with moe_tp > 1, or with moe_ep 1) are exactly those refusals; MoE tensor x expert
+    parallel mixed under attention TP is expressed."""
     modelled = {"deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2.5",
                 "nvidia/Qwen3-32B-NVFP4"}
 
     def mixed(r, role):
         tp, dp, mtp, mep = (float(r[f"{role}_{c}"] or 1) for c in (
             "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
-        return (mep > 1 and mtp > 1) or (dp > 1 and mep == 1)
+        return dp > 1 and (mtp > 1 or mep == 1)
 
     with open(aic / "silicon_blackwell.csv", newline="") as fh:
         expected = {r["id"] for r in csv.DictReader(fh) if r["mode"] == "disagg"
