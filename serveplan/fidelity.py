@@ -484,9 +484,10 @@ class PreparedDeployment:
             ("prefill_stage", "prefill_stage"), ("prefill_hold", "prefill_hold"))
             if hasattr(d, name)}
         res = run_pd(req, PoolSpec(self.prefill.params, self.prefill.oracle,
-                                   schedulers(d.prefill), lockstep=d.prefill.dp),
+                                   schedulers(d.prefill), lockstep=d.prefill.dp,
+                                   dp_tokens=self.prefill.resolved.dp_tokens),
                      PoolSpec(self.decode.params, self.decode.oracle, schedulers(d.decode),
-                              lockstep=d.decode.dp),
+                              lockstep=d.decode.dp, dp_tokens=self.decode.resolved.dp_tokens),
                      link=self.kv_link(), **options)
         return disaggregated_metrics(res, rate, seed)
 
@@ -499,7 +500,8 @@ class PreparedDeployment:
             return self._iteration_pd(req, rate, seed)
         d: Deployment = self.deployment
         res = run_engine(req, self.prefill.oracle, self.prefill.params,
-                         num_instances=schedulers(d), router=ROUTERS[d.router], lockstep=d.dp)
+                         num_instances=schedulers(d), router=ROUTERS[d.router], lockstep=d.dp,
+                         dp_tokens=self.prefill.resolved.dp_tokens)
         r = res.reqs
         first = np.where(r.status == FINISHED_IGNORED, np.inf, r.t_first)
         return _metrics(rate, seed, "iteration", r.arrival, first, r.t_finish, r.n_out)

@@ -78,6 +78,18 @@ class ResolvedDeployment:
     def scheduler(self) -> str:
         return _knob(self.deployment, "scheduler", self.runtime)
 
+    @property
+    def dp_tokens(self) -> DPTokens:
+        """What the MoE layers of the instance's DP ranks see in a step, by its engine:
+        SGLang its own padding rule, TensorRT-LLM the ranks' tokens unpadded, vLLM (and the
+        engine-less default) every rank padded to the busiest -- unpadded when eager."""
+        engine = self.runtime.engine if self.runtime is not None else "vllm"
+        if engine == "sglang":
+            return DPTokens.SGLANG
+        if engine == "trtllm" or not self.deployment.cuda_graph:
+            return DPTokens.SUM
+        return DPTokens.MAX
+
     def step_runtime(self) -> StepRuntime | None:
         """The per-step runtime terms of this instance type (None without an engine)."""
         if self.runtime is None:
@@ -310,19 +322,6 @@ class ResolvedPool:
         attention pool's ``dp`` belongs to its AFD step cost instead)."""
         return 1 if self.role == Role.ATTENTION else self.config.dp
 
-    @property
-    def dp_tokens(self) -> DPTokens:
-        """What the MoE layers of the instance's DP ranks see in a step, by its engine:
-        SGLang its own padding rule, TensorRT-LLM the ranks' tokens unpadded, vLLM (and the
-        engine-less default) every rank padded to the busiest -- unpadded when eager."""
-        rt = self.instance.runtime
-        engine = rt.engine if rt is not None else "vllm"
-        if engine == "sglang":
-            return DPTokens.SGLANG
-        if engine == "trtllm" or not self.config.cuda_graph:
-            return DPTokens.SUM
-        return DPTokens.MAX
-
     def spec(self) -> PoolSpec:
         """The pool as the simulator runs it. An instance with ``pp`` pipeline stages keeps
         ``pp`` micro-batches in flight: it runs as ``pp`` virtual engines (as vLLM's
@@ -334,7 +333,8 @@ class ResolvedPool:
         An instance with ``dp`` attention data-parallel ranks runs as ``dp`` schedulers in
         lockstep (:attr:`PoolSpec.lockstep`), each with its own requests, ``max_num_seqs``
         and KV blocks (the memory plan is per rank), each step priced by the oracle as one
-        rank's, its MoE layers seeing the tokens of all ranks (:attr:`dp_tokens`)."""
+        rank's, its MoE layers seeing the tokens of all ranks
+        (:attr:`ResolvedDeployment.dp_tokens`)."""
         fitted = isinstance(self.cost, FittedThroughputCost)
         runtime = None if fitted else self.instance.step_runtime()
         params, pp, tier = self.params, self.virtual_engines, self.instance.cpu_tier
@@ -344,7 +344,7 @@ class ResolvedPool:
         dp = self.dp_ranks
         return PoolSpec(params, self.cost, self.config.count * pp * dp, self.role,
                         self.gpu_name, runtime, tier, self.instance.speculative, lockstep=dp,
-                        dp_tokens=self.dp_tokens)
+                        dp_tokens=self.instance.dp_tokens)
 
 
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .costs import AffineStepCost
 from .loop_api import RunResult, run_pools
 from .params import EngineParams, clip_lengths
-from .pools import PoolSpec, Role
+from .pools import DPTokens, PoolSpec, Role
 from .recorder import Rec, make_rec, recorded_steps
 from .state import Router
 
@@ -19,7 +19,8 @@ EngineResult = RunResult
 
 def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
                router: Router | int | str = Router.ROUND_ROBIN, record_steps: int = 1 << 16,
-               max_steps: int | None = None, policy=None, lockstep: int = 1) -> RunResult:
+               max_steps: int | None = None, policy=None, lockstep: int = 1,
+               dp_tokens: DPTokens = DPTokens.MAX) -> RunResult:
     """Simulate ``requests`` on ``num_instances`` colocated instances.
 
     Parameters
@@ -46,6 +47,8 @@ def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
     lockstep : int
         Consecutive instances that step together (attention-DP ranks of one engine,
         :class:`~serveplan.sim.pools.PoolSpec`).
+    dp_tokens : DPTokens
+        The tokens the MoE layers of such a group see (:class:`~serveplan.sim.pools.DPTokens`).
 
     Raises
     ------
@@ -55,7 +58,8 @@ def run_engine(requests, cost, params: EngineParams, *, num_instances: int = 1,
     """
     if num_instances < 1:
         raise ValueError(f"num_instances must be >= 1, got {num_instances!r}")
-    pool = PoolSpec(params, cost, num_instances, Role.COLOCATED, lockstep=lockstep)
+    pool = PoolSpec(params, cost, num_instances, Role.COLOCATED, lockstep=lockstep,
+                    dp_tokens=dp_tokens)
     return run_pools(requests, [pool], router=router, record_steps=record_steps,
                      max_steps=max_steps, policy=policy)
 
