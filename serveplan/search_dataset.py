@@ -15,7 +15,7 @@ from serveplan.deployments import PDDeployment, strategy_name
 from serveplan.pricing import cost_efficiency, spend_ratio
 from serveplan.search_afd import afd_coords, afd_label, is_afd
 
-__all__ = ["shape_label", "strategy_dataset", "strategy_label"]
+__all__ = ["pd_shapes_label", "shape_label", "strategy_dataset", "strategy_label"]
 
 
 COORDS = ("architecture", "n_prefill", "n_decode", "tp_prefill", "tp_decode", "gpu_prefill",
@@ -45,6 +45,15 @@ def shape_label(tp: int, dp: int) -> str:
     return f"tp{tp}" + (f"dp{dp}" if dp > 1 else "")
 
 
+def pd_shapes_label(tp_p: int, dp_p: int, tp_d: int, dp_d: int) -> str:
+    """The prefill and decode shapes of a PD strategy: ``tp2`` (both alike), ``tp2/1``,
+    ``tp1/tp1dp4``."""
+    p, d = shape_label(tp_p, dp_p), shape_label(tp_d, dp_d)
+    if p == d:
+        return p
+    return f"{p}/{d[2:] if dp_p == dp_d == 1 else d}"
+
+
 def strategy_label(d, with_gpus: bool = False) -> str:
     """``3p2d-tp2/1``, ``4m-tp1dp8`` (``-h100/h20`` appended when ``with_gpus``)."""
     c = _coords(d)
@@ -54,12 +63,8 @@ def strategy_label(d, with_gpus: bool = False) -> str:
     if with_gpus:
         gpu = ("-" + c["gpu_prefill"] if c["gpu_prefill"] == c["gpu_decode"]
                else f"-{c['gpu_prefill']}/{c['gpu_decode']}")
-    p = shape_label(c["tp_prefill"], c["dp_prefill"])
-    q = shape_label(c["tp_decode"], c["dp_decode"])
-    if c["architecture"] == "pd" and p != q:  # 3p2d-tp2/1, 3p2d-tp2/tp1dp8
-        q = q[2:] if c["dp_prefill"] == c["dp_decode"] == 1 else q
-        return f"{strategy_name(d)}-{p}/{q}{gpu}"
-    return f"{strategy_name(d)}-{p}{gpu}"
+    shapes = pd_shapes_label(c["tp_prefill"], c["dp_prefill"], c["tp_decode"], c["dp_decode"])
+    return f"{strategy_name(d)}-{shapes}{gpu}"  # 4m-tp1dp8, 3p2d-tp2/1, 3p2d-tp2/tp1dp8
 
 
 def _baseline(rows, spec):

@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from serveplan.search_dataset import shape_label
+from serveplan.search_dataset import pd_shapes_label, shape_label
 
 __all__ = ["feasible", "infeasible_reasons", "legend", "recommendation", "search_table"]
 
@@ -239,12 +239,9 @@ def _class(r) -> tuple[tuple, str]:
         tps = (tp_p, tp_d, int(r["tp_ffn"]))
         return (2, *tps), "afd tp" + "/".join(map(str, tps))
     dp_p, dp_d = (int(r["dp_prefill"]), int(r["dp_decode"])) if "dp_prefill" in r else (1, 1)
-    p, d = shape_label(tp_p, dp_p), shape_label(tp_d, dp_d)
     if str(r["architecture"].values) == "pd":  # pd tp2/1, pd tp1/tp1dp4
-        d = d[2:] if dp_p == dp_d == 1 else d
-        return (1, tp_p, dp_p, tp_d, dp_d), f"pd {p}" + (f"/{d}" if (tp_p, dp_p) != (tp_d, dp_d)
-                                                         else "")
-    return (0, tp_p, dp_p, tp_d, dp_d), f"colocated {p}"
+        return (1, tp_p, dp_p, tp_d, dp_d), f"pd {pd_shapes_label(tp_p, dp_p, tp_d, dp_d)}"
+    return (0, tp_p, dp_p, tp_d, dp_d), f"colocated {shape_label(tp_p, dp_p)}"
 
 
 _PRIORITY = {"decided": 0, "pruned": 1, "oom": 2, "invalid": 2, "budget": 3}
