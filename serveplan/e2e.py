@@ -221,6 +221,15 @@ def _pool(row: E2ERow, data_dir: Path, *, engine: bool, runtime_profile: str | N
     return pool
 
 
+def _agg_budget(row: E2ERow, seqs: int, base: dict) -> int:
+    """An agg worker's token budget by the generator's rule: ``max_num_tokens = batch_size +
+    isl + 1500`` (vLLM, TensorRT-LLM); SGLang's ``max_prefill_tokens = isl + 1500`` (its
+    rule sets no ``max_num_tokens``; the default chunk size, 8192 or more on these GPUs, cuts
+    no prompt of the sample shorter)."""
+    tokens = row.isl + 1500 if row.engine == "sglang" else seqs + row.isl + 1500
+    return token_budget(row.engine, tokens, base.get("block_size", DEFAULT_BLOCK))
+
+
 def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
                runtime_profile: str | None = None) -> dict:
     """The row's deployment as a pools config, with the generator's engine flags."""
@@ -228,11 +237,11 @@ def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
     if row.mode != "agg":
         return disagg_pools(row, base)
     seqs = row.batch_size or row.concurrency
-    budget = token_budget(row.engine, seqs + row.isl + 1500,
-                          base.get("block_size", DEFAULT_BLOCK))
     pool = {**base, "role": "colocated", "tp": row.tp, "pp": row.pp, "count": _agg_workers(row),
-            "max_num_seqs": seqs, "max_num_batched_tokens": budget,
+            "max_num_seqs": seqs, "max_num_batched_tokens": _agg_budget(row, seqs, base),
             **moe_fields(row.tp, row.dp, row.ep)}
+    if row.engine == "sglang" and engine:
+        pool["enable_mixed_chunk"] = True  # the rule's ``agg enable_mixed_chunk = true``
     router = {"router": DP_DISPATCH[row.engine]} if row.dp > 1 else {}
     return {"pools": [pool], **router}
 

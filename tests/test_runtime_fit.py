@@ -91,3 +91,14 @@ def test_rows_serveplan_cannot_express_say_why():
     assert expressible(_row(precision="fp4"), Path(".")) is None  # ModelOpt NVFP4 recipe
     assert expressible(_row(system="b300_sxm"), Path(".")) is None
     assert expressible(_row(), Path(".")) is None
+
+
+def test_sglang_agg_rows_get_mixed_chunks_and_the_prefill_budget():
+    """sglang.rule: ``agg enable_mixed_chunk = true`` and ``max_prefill_tokens = isl + 1500``
+    (no batch-size term, unlike vLLM / TRT-LLM); a dense model's page is the simulator's
+    16-token block, so 8192 + 1500 = 9692 is cut to 605 * 16 = 9680."""
+    pool = deployment(_row(engine="sglang"), Path("."))["pools"][0]
+    assert pool["enable_mixed_chunk"] is True
+    assert pool["max_num_batched_tokens"] == 9680
+    gpu_only = deployment(_row(engine="sglang"), Path("."), engine=False)["pools"][0]
+    assert "enable_mixed_chunk" not in gpu_only
