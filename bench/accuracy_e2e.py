@@ -4,16 +4,20 @@ For every row of ``../shared/data/e2e/aic_silicon_blackwell`` serveplan can expr
 same closed-loop load is simulated three ways: (a) the GPU steps alone (no engine runtime),
 (b) the engine's runtime with unfitted terms (its scheduler, async scheduling, defaults),
 (c) with runtime terms fitted leave-one-model-out (each model predicted by terms fitted on
-the other models of the same engine). The shipped profile's terms are then fitted on all
-rows of an engine that has rows of two or more models (``--write-profiles``).
+the other models of the same engine). The fits are first order in closed form from (b)
+(:mod:`serveplan.e2e_fit`); each held-out row is then simulated with its fold's terms. The
+shipped profile's terms are fitted on all rows of an engine that has rows of two or more
+models (``--write-profiles``).
 
-Writes ``bench/results/accuracy_e2e.md`` and ``.json`` (``--out NAME``: ``NAME.md``).
-Usage: ``python bench/accuracy_e2e.py [--data DIR] [--fit-rounds 4] [--write-profiles]``
+Writes ``bench/results/accuracy_e2e.md``, ``.json`` and ``_rows.csv`` (every row's
+measured and predicted medians; ``--out NAME``: ``NAME.md`` ...).
+Usage: ``python bench/accuracy_e2e.py [--data DIR] [--rounds 20] [--jobs 2] [--write-profiles]``
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import time
 from collections import Counter, defaultdict
@@ -22,10 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from serveplan.e2e import expressible, load_rows, resolve_row, simulate_row, with_terms
+from serveplan.e2e import (
+    MEASURED_ROUNDS,
+    expressible,
+    load_rows,
+    resolve_row,
+    simulate_row,
+    with_terms,
+)
+from serveplan.e2e_fit import fit_rows
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
-from serveplan.estimator.runtime_fit import fit_terms
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
@@ -87,39 +98,12 @@ def predict_all(rows, resolved, terms=None, rounds=20, jobs=1, data=None) -> np.
     return np.array(out, dtype=float).reshape(len(first), 2)[which]
 
 
-def fit_on(rows, resolved, rounds, max_runs=None) -> tuple[RuntimeTerms, dict]:
-    """Terms fitted to ``rows``: one residual per distinct simulation, against the median
-    of its repeated measurements; at most ``max_runs`` distinct simulations, evenly spaced
-    in the rows' order (which is the CSV's: by model, system, parallelism, load)."""
-    first, which = unique_runs(rows)
-    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
-    keep = np.arange(len(first))
-    if max_runs is not None and len(first) > max_runs:
-        keep = np.unique(np.linspace(0, len(first) - 1, max_runs).round().astype(int))
-    meas_u = np.array([np.median(meas[which == u], axis=0) for u in keep])
-    reps, res_u = [rows[first[u]] for u in keep], [resolved[first[u]] for u in keep]
-    tp = np.array([r.tp for r in reps])
-    fit = fit_terms(lambda t: predict_all(reps, res_u, t, rounds), meas_u, tp, max_evals=60)
-    return fit.terms, fit.summary()
-
-
-def _fit_task(task):
-    """One fit of :func:`lomo`: ``(train, test, rounds, max_runs)`` -> (terms, summary,
-    predictions of ``test`` or None)."""
-    train, test, rounds, max_runs = task
-    rows, resolved = _SHARED["fit_rows"], _SHARED["fit_resolved"]
-    terms, summ = fit_on([rows[k] for k in train], [resolved[k] for k in train], rounds,
-                         max_runs)
-    pred = (predict_all([rows[k] for k in test], [resolved[k] for k in test], terms)
-            if test else None)
-    return terms, summ, pred
-
-
-def lomo(rows, resolved, rounds, every=1, max_runs=None, jobs=1):
-    """Leave-one-model-out predictions per engine; engines with one model are not fitted.
-    The fits are independent: ``jobs`` worker processes run them side by side."""
+def lomo(rows, resolved, unfitted, layers, rounds=20, jobs=1):
+    """Leave-one-model-out predictions per engine (each model simulated with terms fitted
+    on the engine's other models), the folds' fit summaries, and each engine's fit on all
+    its rows; engines with one model are not fitted."""
     pred = np.full((len(rows), 2), np.nan)
-    folds, full, tasks, labels = [], {}, [], []
+    folds, full = [], {}
     by_engine = defaultdict(list)
     for k, r in enumerate(rows):
         by_engine[r.engine].append(k)
@@ -130,19 +114,15 @@ def lomo(rows, resolved, rounds, every=1, max_runs=None, jobs=1):
                             "a leave-one-model-out check is impossible"}
             continue
         for m in models:
-            train = [k for k in idx if rows[k].model != m][::every]
-            tasks.append((train, [k for k in idx if rows[k].model == m], rounds, max_runs))
-            labels.append((engine, m))
-        tasks.append((idx[::every], [], rounds, max_runs))
-        labels.append((engine, None))
-    _SHARED.update(fit_rows=rows, fit_resolved=resolved)
-    results = _fork_map(_fit_task, tasks, jobs)
-    for (engine, m), task, (terms, summ, p) in zip(labels, tasks, results, strict=True):
-        if m is None:
-            full[engine] = {**summ, "fitted": True, "terms": terms}
-        else:
-            pred[task[1]] = p
+            train = [k for k in idx if rows[k].model != m]
+            test = [k for k in idx if rows[k].model == m]
+            terms, summ = fit_rows([rows[k] for k in train], unfitted[train],
+                                   [layers[k] for k in train])
+            pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
+                                     terms, rounds, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
+        terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx])
+        full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full
 
 
@@ -216,24 +196,31 @@ def best_tp(rows, preds) -> dict:
 
 
 def held_out_check(rows, unfitted, fitted, full) -> None:
-    """Ship an engine's fitted terms only if, for every held-out model, they lower the
-    median |error| of TTFT and of TPOT against the unfitted runtime; else say why not."""
+    """Ship an engine's fitted terms only if, held out model by model, they lower the
+    median |error| of TTFT over the engine's rows and raise TPOT's by at most half a
+    point against the unfitted runtime; else say why not. Models the terms make worse are
+    named either way."""
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    med = lambda p, i: np.median(np.abs(_err(p[i], meas[i])), axis=0)  # noqa: E731
     for engine, info in full.items():
         if not info.get("fitted"):
             continue
+        idx = [k for k, r in enumerate(rows) if r.engine == engine]
+        before, after = med(unfitted, idx), med(fitted, idx)
+        info["median_abs_err_held_out"] = [float(v) for v in after]
         worse = []
-        for m in sorted({r.model for r in rows if r.engine == engine}):
-            idx = [k for k, r in enumerate(rows) if r.engine == engine and r.model == m]
-            before = np.median(np.abs(_err(unfitted[idx], meas[idx])), axis=0)
-            after = np.median(np.abs(_err(fitted[idx], meas[idx])), axis=0)
-            if (after > before).any():
-                worse.append(f"{m}: TTFT {100 * before[0]:.0f} -> {100 * after[0]:.0f} %, "
-                             f"TPOT {100 * before[1]:.0f} -> {100 * after[1]:.0f} %")
-        if worse:
+        for m in sorted({rows[k].model for k in idx}):
+            mi = [k for k in idx if rows[k].model == m]
+            b, a = med(unfitted, mi), med(fitted, mi)
+            if (a > b).any():
+                worse.append(f"{m}: TTFT {100 * b[0]:.0f} -> {100 * a[0]:.0f} %, "
+                             f"TPOT {100 * b[1]:.0f} -> {100 * a[1]:.0f} %")
+        info["held_out_worse"] = worse
+        if not (after[0] < before[0] and after[1] <= before[1] + 0.005):
             info["fitted"] = False
-            info["reason"] = ("terms fitted on the other models made the held-out model worse ("
-                              + "; ".join(worse) + ")")
+            info["reason"] = (f"held out, the terms do not help: median abs TTFT/TPOT "
+                              f"{100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "
+                              f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
 
 
 def write_profiles(full: dict, stamp: str) -> None:
@@ -247,7 +234,8 @@ def write_profiles(full: dict, stamp: str) -> None:
                          "the expressible rows of e2e/aic_silicon_blackwell for this engine, "
                          "validated leave-one-model-out (bench/results/accuracy_e2e.md)",
                 "date": stamp, "median_abs_err_before": info["median_abs_err_before"],
-                "median_abs_err_after": info["median_abs_err_after"]}
+                "median_abs_err_held_out": info["median_abs_err_held_out"],
+                "held_out_models_worse": info["held_out_worse"]}
         else:
             prof["terms"] = {}
             prof["provenance"] = {"terms": f"not fitted: {info['reason']}", "date": stamp}
@@ -257,32 +245,91 @@ def write_profiles(full: dict, stamp: str) -> None:
 
 def _command(args) -> str:
     """The command line that reproduces the report."""
-    fit = ("--no-fit" if args.no_fit else f"--fit-rounds {args.fit_rounds} --fit-every "
-           f"{args.fit_every}" + (f" --fit-runs {args.fit_runs}" if args.fit_runs else "")
-           + (" --write-profiles" if args.write_profiles else ""))
-    return ("python bench/accuracy_e2e.py " + fit
+    return ("python bench/accuracy_e2e.py"
+            + (" --no-fit" if args.no_fit else "")
+            + (" --write-profiles" if args.write_profiles else "")
+            + (f" --rounds {args.rounds}" if args.rounds != MEASURED_ROUNDS else "")
             + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
 
 
-def main() -> None:
+def repeat_spread(rows) -> dict:
+    """How far repeated measurements of one deployment and load lie apart: each distinct
+    measurement against the median of the others (|x / median - 1|), over groups with two
+    or more distinct measurements -- the floor under any prediction's error."""
+    groups = defaultdict(set)
+    for r in rows:
+        groups[replace(sim_key(r), version="")].add((r.ttft_ms, r.tpot_ms))
+    dev = []
+    for values in groups.values():
+        v = np.array(sorted(values))
+        for i in range(len(v) if len(v) > 1 else 0):
+            others = np.delete(v, i, axis=0)
+            dev.append(np.abs(v[i] / np.median(others, axis=0) - 1.0))
+    dev = np.array(dev).reshape(-1, 2)
+    if not len(dev):
+        return {"measurements": 0}
+    return {"measurements": len(dev), "ttft_median": float(np.median(dev[:, 0])),
+            "ttft_p75": float(np.percentile(dev[:, 0], 75)),
+            "tpot_median": float(np.median(dev[:, 1])),
+            "tpot_p75": float(np.percentile(dev[:, 1], 75))}
+
+
+ROW_FIELDS = ("id", "engine", "model", "system", "mode", "isl", "osl", "concurrency", "tp")
+
+
+def write_rows_csv(path: Path, rows, meas, preds: dict) -> None:
+    """Every expressible row: its identity, measured and predicted medians (ms)."""
+    with path.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow([*ROW_FIELDS, "ttft_ms", "tpot_ms",
+                      *(f"{name}_{m}" for name in preds for m in ("ttft_ms", "tpot_ms"))])
+        for k, r in enumerate(rows):
+            out.writerow([getattr(r, f) for f in ROW_FIELDS]
+                         + [f"{v:.4g}" for v in meas[k]]
+                         + [f"{v:.4g}" for p in preds.values() for v in p[k]])
+
+
+def read_rows_csv(path: Path, rows, names) -> dict:
+    """The predictions ``names`` of a previous run's rows file, if it holds ``rows`` in
+    order (``--reuse``); else an error."""
+    with path.open(newline="") as fh:
+        table = list(csv.DictReader(fh))
+    if [t["id"] for t in table] != [r.id for r in rows]:
+        raise SystemExit(f"{path}: not the rows of this data (run without --reuse)")
+    return {n: np.array([[float(t[f"{n}_ttft_ms"]), float(t[f"{n}_tpot_ms"])] for t in table])
+            for n in names}
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--fit-rounds", type=int, default=4,
-                    help="measured rounds per client in the fitting runs (report: 20)")
-    ap.add_argument("--fit-every", type=int, default=3,
-                    help="fit on every k-th row of the training set (all rows are predicted)")
-    ap.add_argument("--fit-runs", type=int, default=None,
-                    help="at most this many distinct runs per fit, evenly spaced (default: all)")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="worker processes for the simulations and the leave-one-model-out "
-                         "fits")
+    ap.add_argument("--rounds", type=int, default=MEASURED_ROUNDS,
+                    help="measured rounds per client after the 2 warm-up rounds (aiperf: 20; "
+                         "the median settles after a few)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes for the simulations")
     ap.add_argument("--write-profiles", action="store_true")
     ap.add_argument("--no-fit", action="store_true",
-                    help="report settings (a) and (b) only: no leave-one-model-out fits "
-                         "(they take most of the run's time)")
+                    help="report settings (a) and (b) only: no leave-one-model-out fits")
+    ap.add_argument("--reuse", action="store_true",
+                    help="take settings (a) and (b) from the previous NAME_rows.csv (same "
+                         "data and rounds) and redo only the fits")
     ap.add_argument("--out", default="accuracy_e2e",
-                    help="report name in bench/results (NAME.md and NAME.json)")
+                    help="report name in bench/results (NAME.md, NAME.json, NAME_rows.csv)")
+    return ap
+
+
+def _predict_settings(args, ok, resolved) -> dict:
+    rows_csv = HERE / "results" / f"{args.out}_rows.csv"
+    if args.reuse:
+        return read_rows_csv(rows_csv, ok, ("gpu_only", "engine_unfitted"))
+    return {"gpu_only": predict_all(ok, resolved, "gpu", args.rounds, args.jobs, args.data),
+            "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.rounds,
+                                           args.jobs)}
+
+
+def main() -> None:
+    ap = _parser()
     args = ap.parse_args()
     if args.no_fit and args.write_profiles:
         ap.error("--write-profiles needs the fits: drop --no-fit")
@@ -293,23 +340,23 @@ def main() -> None:
     first, which = unique_runs(ok)
     resolved_u = [resolve_row(ok[k], args.data) for k in first]
     resolved = [resolved_u[w] for w in which]
+    layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
-    gpu_only = predict_all(ok, resolved, "gpu", jobs=args.jobs, data=args.data)
-    unfitted = predict_all(ok, resolved, RuntimeTerms(), jobs=args.jobs)
-    preds = {"gpu_only": gpu_only, "engine_unfitted": unfitted}
+    preds = _predict_settings(args, ok, resolved)
     folds, full = [], {}
     if not args.no_fit:
-        fitted, folds, full = lomo(ok, resolved, args.fit_rounds, args.fit_every,
-                                   args.fit_runs, args.jobs)
-        held_out_check(ok, unfitted, fitted, full)
+        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers,
+                                   args.rounds, args.jobs)
+        held_out_check(ok, preds["engine_unfitted"], fitted, full)
         preds["engine_fitted_lomo"] = fitted
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
     report = {
-        "command": _command(args),
+        "command": _command(args), "rounds": args.rounds,
         "date": stamp, "seconds": round(time.time() - t0, 1),
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
+        "repeat_spread": repeat_spread(ok),
         "groups": group_table(ok, preds), "osl_slopes": osl_slopes(ok, preds),
         "best_tp": best_tp(ok, preds), "folds": folds,
         "profiles": {e: {k: (v.model_dump() if isinstance(v, RuntimeTerms) else v)
@@ -318,12 +365,13 @@ def main() -> None:
                            "tpot_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 1])))}
                     for name, p in preds.items()},
     }
-    out = HERE / "results" / f"{args.out}.json"
-    out.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    results = HERE / "results"
+    (results / f"{args.out}.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)
     from accuracy_e2e_report import write_markdown
 
-    write_markdown(report, HERE / "results" / f"{args.out}.md")
-    print(f"wrote {out} ({report['seconds']} s)")
+    write_markdown(report, results / f"{args.out}.md")
+    print(f"wrote {results / args.out}.md ({report['seconds']} s)")
 
 
 if __name__ == "__main__":

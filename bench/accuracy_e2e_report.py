@@ -55,18 +55,22 @@ def _profiles(report) -> list[str]:
             lines.append(f"- {engine}: not shipped -- {info['reason']}")
             continue
         terms = ", ".join(f"{k} = {v:.3g}" for k, v in info["terms"].items() if v)
-        lines.append(f"- {engine}: {terms or 'all terms 0'} (in-sample median abs error "
-                     f"TTFT/TPOT {_abs(info['median_abs_err_before'][0])}/"
-                     f"{_abs(info['median_abs_err_before'][1])} % -> "
-                     f"{_abs(info['median_abs_err_after'][0])}/"
-                     f"{_abs(info['median_abs_err_after'][1])} %); not identified: "
-                     f"{info['skipped'] or 'none'}")
+        before, after = info["median_abs_err_before"], info["median_abs_err_held_out"]
+        lines.append(f"- {engine}: {terms or 'all terms 0'} (median abs error TTFT/TPOT of "
+                     f"(b) {_abs(before[0])}/{_abs(before[1])} % -> held out (c) "
+                     f"{_abs(after[0])}/{_abs(after[1])} %); not identified: "
+                     f"{info['skipped'] or 'none'}"
+                     + (f"; held-out models it makes worse: {'; '.join(info['held_out_worse'])}"
+                        if info.get("held_out_worse") else ""))
     if report["folds"]:
-        lines += ["", "Leave-one-model-out folds (terms fitted without the held-out model):", ""]
+        lines += ["", "Leave-one-model-out folds (terms fitted without the held-out model; "
+                  "the training rows' median abs TTFT/TPOT of (b) and of the first-order "
+                  "model with the terms):", ""]
     for f in report["folds"]:
-        lines.append(f"- {f['engine']}, held out {f['held_out']}: fitted "
-                     f"{f['fitted']} -> training-set median abs TTFT/TPOT "
-                     f"{_abs(f['median_abs_err_after'][0])}/{_abs(f['median_abs_err_after'][1])} %")
+        b, a = f["median_abs_err_before"], f["median_abs_err_after_first_order"]
+        terms = ", ".join(f"{k} = {v:.3g}" for k, v in f["terms"].items() if v)
+        lines.append(f"- {f['engine']}, held out {f['held_out']}: {terms or 'all terms 0'}; "
+                     f"training rows {_abs(b[0])}/{_abs(b[1])} -> {_abs(a[0])}/{_abs(a[1])} %")
     return lines
 
 
@@ -80,6 +84,17 @@ def _slopes(report) -> list[str]:
     return lines
 
 
+def _spread(report) -> str:
+    s = report["repeat_spread"]
+    if not s.get("measurements"):
+        return "No deployment and load was measured twice."
+    return (f"{s['measurements']:,} rows repeat a deployment and load measured more than once "
+            "(other dates or versions). Each against the median of its repeats: TTFT "
+            f"{_abs(s['ttft_median'])} % median, {_abs(s['ttft_p75'])} % p75; TPOT "
+            f"{_abs(s['tpot_median'])} % median, {_abs(s['tpot_p75'])} % p75 -- a floor "
+            "under any prediction's error on those rows.")
+
+
 def write_markdown(report: dict, path: Path) -> None:
     cov = report["coverage"]
     reasons = "\n".join(f"- {n:,} rows: {r}" for r, n in sorted(
@@ -88,10 +103,15 @@ def write_markdown(report: dict, path: Path) -> None:
                      report["best_tp"].items())
     text = f"""# End-to-end accuracy against measured deployments
 
-Command: `{report['command']}` ({report['date']}, {report['seconds']} s). Data:
+Command: `{report['command']}` ({report['date']}, {report['seconds']} s; {report['rounds']}
+measured rounds of closed loop per row after 2 warm-up rounds). Data:
 `e2e/aic_silicon_blackwell` (aiperf closed loop, medians; see its SOURCE.md). Error =
 predicted / measured - 1. Settings: {'; '.join(NAMES.values())} (each model predicted by
 terms fitted on the engine's other models).
+
+## Repeated measurements
+
+{_spread(report)}
 
 ## Coverage
 

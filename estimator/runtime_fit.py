@@ -1,17 +1,29 @@
 """Fit an engine's runtime terms to end-to-end measurements.
 
 The terms (:class:`~serveplan.estimator.runtime.RuntimeTerms`) act on a run through the
-simulator -- a front-end delay shifts every arrival of a closed loop, a per-step term
-stretches every step -- so they are fitted with the simulator in the loop: ``predict(terms)``
-returns the predicted medians (TTFT, TPOT) of every run, and :func:`fit_terms` minimises
-a robust loss (soft L1) of the log ratios predicted / measured over the free terms, within
-bounds (>= 0). The loss is not smooth in the terms -- a closed loop's clients fall in and
-out of step as a delay changes, moving a median by whole steps -- so the search is
-derivative-free (Powell's method within the bounds), not finite-difference gradients. Terms the runs cannot identify are not fitted: a tensor-parallel term needs
-runs with tp > 1 and with tp = 1 (:func:`identifiable`).
+simulator: a front-end delay adds to every first token, a per-step term stretches every
+step. Around a point ``x`` of the terms, a run's predicted medians (TTFT, TPOT) move to
+first order as ``pred(x') = pred(x) + J (x' - x)``, with ``J`` the sensitivity of each
+median to each term. :func:`fit_first_order` minimises a robust loss (soft L1) of the log
+ratios predicted / measured of that linear model within bounds (>= 0): a smooth problem
+that needs no simulation. :func:`fit_terms` wraps it with the simulator in the loop: ``J``
+by finite differences of ``predict(terms)`` (one simulation per term; steps of one term
+scale, so that a closed loop whose clients fall in and out of step gives the average
+slope, not a jump), a linear solve, then the simulated loss at the solution -- halving the
+step towards the start while it is worse -- and again from there. Terms the runs cannot
+identify are not fitted: a tensor-parallel term needs runs with tp > 1 and with tp = 1
+(:func:`identifiable`), and a term that moves no median (e.g. CPU work an async engine
+hides behind the GPU step) is reported as such.
 
-The same function fits the shipped profiles (from ``../shared/data/e2e``, validated
-leave-one-model-out by ``bench/accuracy_e2e.py``) and a user's own runs.
+Default terms: the front end's latency (``frontend_output_s``: every token, the first
+included, reaches the client that much later; a latency, not a serialised service), its
+work per output token of a step (``frontend_output_per_token_s``: the first token waits for
+its step's other tokens), the tokenizer's work per prompt token (serialised), and the
+tensor-parallel synchronisation per layer.
+
+The same functions fit the shipped profiles (from ``../shared/data/e2e``, validated
+leave-one-model-out by ``bench/accuracy_e2e.py``, which supplies ``J`` in closed form,
+:mod:`serveplan.e2e_fit`) and a user's own runs (``serveplan calibrate --runs``).
 """
 
 from __future__ import annotations
@@ -25,9 +37,13 @@ from scipy.optimize import minimize
 from .runtime import RuntimeTerms
 
 SOFT_L1_SCALE = 0.1  # log-ratio residuals beyond ~10 % count linearly, not squared
-# the terms fitted by default, their scale (seconds) and upper bound
-FIT_TERMS = {"frontend_request_s": (5e-3, 0.5), "frontend_output_per_token_s": (1e-4, 5e-3),
-             "tp_sync_per_layer_s": (1e-5, 1e-3), "step_cpu_s": (1e-3, 0.05)}
+# the terms fitted by default, their scale (seconds: the finite-difference step) and bound
+FIT_TERMS = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-5, 1e-3),
+             "frontend_output_per_token_s": (1e-4, 5e-3),
+             "tp_sync_per_layer_s": (1e-5, 1e-3)}
+TERM_SCALES = {**FIT_TERMS, "frontend_request_s": (5e-3, 0.5), "step_cpu_s": (1e-3, 0.05),
+               "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4)}
+_NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
 
 @dataclass(frozen=True)
@@ -60,14 +76,65 @@ def identifiable(names: Sequence[str], tp: np.ndarray) -> tuple[list[str], dict[
     return keep, skipped
 
 
-def _errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
-    return np.abs(pred / meas - 1.0)
+def robust_loss(pred: np.ndarray, measured: np.ndarray) -> float:
+    """Soft-L1 loss of the log ratios predicted / measured (non-positive predictions count
+    as a thousandth of the measurement)."""
+    r = np.log(np.maximum(pred, 1e-3 * measured) / measured).ravel() / SOFT_L1_SCALE
+    return float(np.sum(2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
+
+
+def fit_first_order(pred0: np.ndarray, jac: np.ndarray, measured: np.ndarray,
+                    x0: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Terms ``x`` in ``[0, upper]`` minimising :func:`robust_loss` of ``pred0 + jac @ (x -
+    x0)``; ``pred0`` and ``measured`` are ``(n, 2)``, ``jac`` is ``(n, 2, m)`` in the units
+    of the predictions per unit of the terms."""
+    scale = np.where(upper > 0, upper, 1.0)
+    js = jac * scale  # work in units of the bounds: x = u * scale, u in [0, 1]
+    u0 = np.clip(x0 / scale, 0.0, 1.0)
+
+    def loss(u):
+        return robust_loss(pred0 + js @ (u - u0), measured)
+
+    sol = minimize(loss, u0, method="L-BFGS-B", bounds=[(0.0, 1.0)] * len(u0))
+    return np.clip(sol.x, 0.0, 1.0) * scale
+
+
+def _terms(base: RuntimeTerms, names: Sequence[str], x: np.ndarray) -> RuntimeTerms:
+    return base.model_copy(update={n: float(v) for n, v in zip(names, x, strict=True)})
+
+
+def _jacobian(predict, base, names, x, p0) -> np.ndarray:
+    cols = []
+    for i, name in enumerate(names):
+        step = np.zeros(len(names))
+        step[i] = TERM_SCALES[name][0]
+        cols.append((predict(_terms(base, names, x + step)) - p0) / step[i])
+    return np.stack(cols, axis=-1)
+
+
+def _step(predict, base, names, x, p, measured, budget):
+    """One linearised step from ``x`` (predictions ``p``): the new point, its predictions,
+    the terms that moved no median, and the ``predict`` calls spent."""
+    jac = _jacobian(predict, base, names, x, p)
+    spent = len(names)
+    flat = np.abs(jac).max(axis=(0, 1)) <= _NO_EFFECT * np.abs(p).max()
+    upper = np.array([TERM_SCALES[n][1] for n in names])
+    x_new = fit_first_order(p, jac, measured, x, np.where(flat, x, upper))
+    for _ in range(3):  # the linear model overshoots where the medians are not linear
+        p_new = predict(_terms(base, names, x_new))
+        spent += 1
+        if robust_loss(p_new, measured) < robust_loss(p, measured) or spent >= budget:
+            break
+        x_new = (x + x_new) / 2.0
+    return x_new, p_new, flat, spent
 
 
 def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarray,
               tp: np.ndarray, base: RuntimeTerms | None = None,
-              names: Sequence[str] = tuple(FIT_TERMS), max_evals: int = 200) -> FitResult:
-    """Fit ``names`` (those the runs identify) of ``base`` to ``measured``.
+              names: Sequence[str] = tuple(FIT_TERMS), max_evals: int = 20) -> FitResult:
+    """Fit ``names`` (those the runs identify) of ``base`` to ``measured``, with the
+    simulator in the loop (module docstring); at most about ``max_evals`` calls of
+    ``predict``.
 
     ``measured`` and ``predict(terms)`` are ``(n, 2)`` arrays of TTFT and TPOT medians in
     the same unit; ``tp`` is each run's tensor-parallel size.
@@ -75,25 +142,27 @@ def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarra
     base = base or RuntimeTerms()
     measured = np.asarray(measured, dtype=float)
     names, skipped = identifiable(names, np.asarray(tp))
-    scale = np.array([FIT_TERMS[n][0] for n in names])
-    upper = np.array([FIT_TERMS[n][1] for n in names]) / scale
+    p = predict(base)
+    before = np.abs(p / measured - 1.0)
+    x = np.array([getattr(base, n) for n in names], dtype=float)
+    flat = np.zeros(len(names), dtype=bool)
+    evals = 1
+    while names and evals + len(names) + 1 <= max_evals:
+        x_new, p_new, flat, spent = _step(predict, base, names, x, p, measured,
+                                          max_evals - evals)
+        evals += spent
+        if robust_loss(p_new, measured) >= robust_loss(p, measured):
+            break
+        converged = np.allclose(x_new, x, rtol=1e-2, atol=1e-9)
+        x, p = x_new, p_new
+        if converged:
+            break
+    for name in np.array(names)[flat]:
+        skipped[str(name)] = "moves no median of these runs (e.g. CPU work an async engine hides)"
+    fitted = tuple(n for n, f in zip(names, flat, strict=True) if not f)
+    return FitResult(_terms(base, names, x), fitted, skipped, before,
+                     np.abs(p / measured - 1.0))
 
-    def terms_of(x) -> RuntimeTerms:
-        return base.model_copy(update={n: float(v * s) for n, v, s in zip(names, x, scale, strict=True)})
 
-    def loss(x) -> float:
-        r = np.log(predict(terms_of(x)) / measured).ravel() / SOFT_L1_SCALE
-        return float(np.sum(2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
-
-    before = _errors(predict(base), measured)
-    if not names:
-        return FitResult(base, (), skipped, before, before)
-    x0 = np.minimum(np.array([getattr(base, n) for n in names]) / scale, upper)
-    sol = minimize(loss, x0, method="Powell", bounds=list(zip(np.zeros_like(upper), upper,
-                                                             strict=True)),
-                   options={"maxfev": max_evals, "xtol": 1e-3, "ftol": 1e-6})
-    terms = terms_of(np.clip(sol.x, 0.0, upper))
-    return FitResult(terms, tuple(names), skipped, before, _errors(predict(terms), measured))
-
-
-__all__ = ["FIT_TERMS", "FitResult", "fit_terms", "identifiable"]
+__all__ = ["FIT_TERMS", "FitResult", "TERM_SCALES", "fit_first_order", "fit_terms",
+           "identifiable", "robust_loss"]

@@ -4,8 +4,9 @@ Each run (a file :mod:`serveplan.runs` reads) is paired with the deployment that
 it. The prediction of a run under candidate terms is its replay
 (:func:`serveplan.run_compare.replay`) with those terms; its figures are the medians of
 TTFT and TPOT over the successful requests, the same as the measured side. The fit is
-:func:`serveplan.estimator.runtime_fit.fit_terms` (robust, derivative-free, within bounds;
-terms the runs cannot identify are refused with the runs that would identify them).
+:func:`serveplan.estimator.runtime_fit.fit_terms` (robust; first-order solves with the
+simulator in the loop, within bounds; terms the runs cannot identify are refused with the
+runs that would identify them).
 
 Validation is leave-one-run-out: each run is predicted by terms fitted on the others, and
 its error before (the engine's shipped terms) and after is reported. With a single run
@@ -85,7 +86,7 @@ def _engine(cases: list[RunCase]) -> str:
 
 
 def fit_runs(cases: list[RunCase], base: RuntimeTerms, names=tuple(FIT_TERMS),
-             max_evals: int = 200, seed: int = 0) -> FitResult:
+             max_evals: int = 40, seed: int = 0) -> FitResult:
     """Terms fitted to ``cases`` (medians of TTFT and TPOT of each run)."""
     measured = np.array([measured_medians(c) for c in cases])
 
@@ -115,7 +116,7 @@ def _num(x) -> float | None:
 
 
 def leave_one_run_out(cases: list[RunCase], base: RuntimeTerms, names=tuple(FIT_TERMS),
-                      max_evals: int = 200, seed: int = 0) -> Validation:
+                      max_evals: int = 40, seed: int = 0) -> Validation:
     """Each run predicted with terms fitted on the other runs (module docstring)."""
     n = len(cases)
     before = np.array([np.abs(predicted_medians(c, base, seed) / measured_medians(c) - 1.0)
@@ -143,7 +144,7 @@ def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -
 
 
 def calibrate_runs(cases: list[RunCase], out: Path, *, names=tuple(FIT_TERMS),
-                   max_evals: int = 200, seed: int = 0) -> tuple[FitResult, Validation]:
+                   max_evals: int = 40, seed: int = 0) -> tuple[FitResult, Validation]:
     """Fit, validate, write ``out``; the fit and the validation."""
     if not cases:
         raise UserError("--runs: give at least one benchmark result")

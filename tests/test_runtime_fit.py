@@ -102,3 +102,32 @@ def test_sglang_agg_rows_get_mixed_chunks_and_the_prefill_budget():
     assert pool["max_num_batched_tokens"] == 9680
     gpu_only = deployment(_row(engine="sglang"), Path("."), engine=False)["pools"][0]
     assert "enable_mixed_chunk" not in gpu_only
+
+
+def test_first_order_solve_matches_a_hand_computation():
+    """Two runs, TTFT = 100 / 300 ms + 1000 x (ms per s of front-end latency x), TPOT
+    untouched: the measured 150 / 350 ms are met exactly at x = 0.05 s."""
+    from serveplan.estimator.runtime_fit import fit_first_order
+
+    pred0 = np.array([[100.0, 10.0], [300.0, 20.0]])
+    jac = np.array([[[1000.0], [0.0]], [[1000.0], [0.0]]])
+    measured = np.array([[150.0, 10.0], [350.0, 20.0]])
+    x = fit_first_order(pred0, jac, measured, np.zeros(1), np.array([1.0]))
+    assert x[0] == pytest.approx(0.05, rel=1e-4)
+
+
+def test_a_term_that_moves_no_median_is_reported_not_fitted():
+    """Predictions that ignore the per-layer sync term (as an async engine hides CPU work
+    behind the GPU step) leave it at its start value, with why."""
+    measured = np.array([[150.0, 10.0], [350.0, 20.0]])
+
+    def predict(t):
+        return np.array([[100.0, 10.0], [300.0, 20.0]]) + np.array([[1e3, 0.0]]) * \
+            t.frontend_output_s
+
+    fit = fit_terms(predict, measured, tp=np.array([1, 2]),
+                    names=("frontend_output_s", "tp_sync_per_layer_s"))
+    assert fit.fitted == ("frontend_output_s",)
+    assert fit.terms.frontend_output_s == pytest.approx(0.05, rel=1e-3)
+    assert fit.terms.tp_sync_per_layer_s == 0.0
+    assert "moves no median" in fit.skipped["tp_sync_per_layer_s"]

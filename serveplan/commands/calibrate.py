@@ -206,7 +206,7 @@ def calibrate(
     fmt: F.Format = None,
     seed: F.Seed = 0,
     set_: F.Sets = None,
-    max_evals: int = typer.Option(200, "--max-evals", min=1, max=10_000,
+    max_evals: int = typer.Option(40, "--max-evals", min=1, max=10_000,
                                   help="With --runs: simulations the fit may spend per fit."),
     gpu: str | None = typer.Option(
         None, "--gpu", "-g", help="GPU the measurements were taken on (catalog name or YAML); "

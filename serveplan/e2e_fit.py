@@ -1,0 +1,95 @@
+"""Runtime terms fitted to the measured end-to-end rows, in closed form to first order.
+
+A row simulated without runtime terms predicts medians ``(TTFT0, TPOT0)`` (ms). The terms
+:data:`~serveplan.estimator.runtime_fit.FIT_TERMS` move a closed-loop row's client
+medians, to first order, by (per second of the term):
+
+* ``frontend_output_s`` -- TTFT by 1 (a latency on every token: the first and the last
+  are both late, so TPOT does not move);
+* ``frontend_prompt_token_s`` -- TTFT by ``isl`` (the tokenizer before the engine sees the
+  request; no queueing: a closed loop's sends are spread over its cycle);
+* ``frontend_output_per_token_s`` -- TTFT by the tokens of the first token's step: an
+  agg instance's running batch (its share of the clients, at most ``max_batch_size``), a
+  disaggregated row's prefill batch;
+* ``tp_sync_per_layer_s`` -- TPOT by the layers on a decoding instance with tp > 1 (every
+  step), TTFT by the layers times the steps a request spends before its first token
+  (``TTFT0 / TPOT0``) on a prefilling instance with tp > 1.
+
+:func:`fit_rows` solves for the terms with these slopes
+(:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- so the
+leave-one-model-out folds of ``bench/accuracy_e2e.py`` cost one simulation per held-out
+row, which is what checks the first-order model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from serveplan.e2e import E2ERow
+from serveplan.estimator.runtime import RuntimeTerms
+from serveplan.estimator.runtime_fit import (
+    FIT_TERMS,
+    TERM_SCALES,
+    fit_first_order,
+    identifiable,
+)
+
+
+def _first_token_batch(row: E2ERow) -> float:
+    if row.mode != "agg":
+        return float(row.prefill.batch or 1)
+    seqs = row.batch_size or row.concurrency
+    workers = max(row.concurrency // (seqs * row.dp), 1)
+    return float(min(seqs, row.concurrency / (workers * row.dp)))
+
+
+def _tp_first(row: E2ERow) -> tuple[int, int]:
+    """Tensor-parallel sizes of the instance producing the first token and the decoder."""
+    if row.mode == "agg":
+        return row.tp, row.tp
+    return row.prefill.tp, row.decode.tp
+
+
+def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
+               names: Sequence[str] = tuple(FIT_TERMS)) -> np.ndarray:
+    """``(2, len(names))``: ms of TTFT and TPOT per second of each term (module docstring)."""
+    ttft0, tpot0 = float(pred0[0]), float(pred0[1])
+    tp_first, tp_decode = _tp_first(row)
+    steps = ttft0 / tpot0 if tpot0 > 0 else 0.0
+    slope = {
+        "frontend_output_s": (1.0, 0.0),
+        "frontend_prompt_token_s": (float(row.isl), 0.0),
+        "frontend_output_per_token_s": (_first_token_batch(row), 0.0),
+        "tp_sync_per_layer_s": (layers * steps * (tp_first > 1), layers * (tp_decode > 1)),
+    }
+    unknown = [n for n in names if n not in slope]
+    if unknown:
+        raise ValueError(f"no first-order slope for {', '.join(unknown)}")
+    return 1e3 * np.array([slope[n] for n in names], dtype=float).T
+
+
+def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
+             names: Sequence[str] = tuple(FIT_TERMS)) -> tuple[RuntimeTerms, dict]:
+    """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms)
+    and each row's layer count; returns the terms and a summary (fitted, skipped, median
+    |error| of the first-order model before and after)."""
+    measured = np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float)
+    pred0 = np.asarray(pred0, dtype=float)
+    tp = np.array([max(_tp_first(r)) for r in rows])
+    names, skipped = identifiable(names, tp)
+    jac = np.stack([row_slopes(r, p, n, names) for r, p, n in
+                    zip(rows, pred0, layers, strict=True)])
+    upper = np.array([TERM_SCALES[n][1] for n in names])
+    x = fit_first_order(pred0, jac, measured, np.zeros(len(names)), upper)
+    after = pred0 + jac @ x
+    med = lambda p: [float(v) for v in np.median(np.abs(p / measured - 1.0), axis=0)]  # noqa: E731
+    terms = RuntimeTerms(**{n: float(v) for n, v in zip(names, x, strict=True)})
+    return terms, {"fitted": list(names), "skipped": skipped,
+                   "median_abs_err_before": med(pred0),
+                   "median_abs_err_after_first_order": med(after),
+                   "terms": terms.model_dump()}
+
+
+__all__ = ["fit_rows", "row_slopes"]

@@ -1,0 +1,61 @@
+"""First-order runtime terms for the measured rows: the slopes by hand, and terms recovered
+from rows generated with them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serveplan.e2e import E2ERow, Role
+from serveplan.e2e_fit import fit_rows, row_slopes
+
+NAMES = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
+         "tp_sync_per_layer_s")
+
+
+def _row(**kw) -> E2ERow:
+    base = dict(id="x", engine="vllm", version="0.19.0", model="m", system="b200_sxm",
+                precision="fp8", mode="agg", isl=1024, osl=1024, concurrency=64, tp=4, pp=1,
+                dp=1, ep=1, ttft_ms=1.0, tpot_ms=1.0, batch_size=16)
+    return E2ERow(**{**base, **kw})
+
+
+def test_slopes_of_an_agg_row_by_hand():
+    """64 clients on max_batch_size 16: 4 workers, 16 running each, so the first token's
+    step holds 16 tokens. TTFT0 / TPOT0 = 100 / 10 = 10 steps of 80 layers at tp 4.
+    ms per s: latency 1e3; prompt 1024e3; per token 16e3; sync TTFT 80 x 10 x 1e3 = 8e5,
+    TPOT 80e3."""
+    s = row_slopes(_row(), (100.0, 10.0), 80, NAMES)
+    assert s[0] == pytest.approx([1e3, 1024e3, 16e3, 8e5])
+    assert s[1] == pytest.approx([0.0, 0.0, 0.0, 8e4])
+    tp1 = row_slopes(_row(tp=1), (100.0, 10.0), 80, NAMES)
+    assert tp1[:, 3] == pytest.approx([0.0, 0.0])  # no sync on one GPU
+
+
+def test_slopes_of_a_disaggregated_row_follow_each_role():
+    """The first token comes from the prefill (batch 1, tp 1: no sync in TTFT); the
+    decoder (tp 8) pays the sync every step."""
+    row = _row(mode="disagg", prefill=Role(2, 1, 1, 1, 1, 1), decode=Role(1, 64, 8, 1, 1, 1))
+    s = row_slopes(row, (200.0, 20.0), 61, NAMES)
+    assert s[0] == pytest.approx([1e3, 1024e3, 1e3, 0.0])
+    assert s[1] == pytest.approx([0.0, 0.0, 0.0, 61e3])
+
+
+def test_terms_are_recovered_from_rows_generated_with_them():
+    rng = np.random.default_rng(0)
+    rows, pred0, layers = [], [], []
+    for k in range(40):
+        r = _row(isl=int(rng.choice([1024, 8192])), concurrency=int(rng.choice([4, 16, 64])),
+                 batch_size=None, tp=int(rng.choice([1, 2, 4])))
+        p0 = (float(rng.uniform(30, 300)), float(rng.uniform(5, 30)))
+        rows.append(r), pred0.append(p0), layers.append(int(rng.choice([36, 61, 80])))
+    true = np.array([0.04, 2e-5, 6e-4, 3e-5])
+    truth = [np.array(p) + row_slopes(r, p, n, NAMES) @ true
+             for r, p, n in zip(rows, pred0, layers, strict=True)]
+    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
+            for r, t in zip(rows, truth, strict=True)]
+    terms, summary = fit_rows(rows, np.array(pred0), layers, NAMES)
+    got = [getattr(terms, n) for n in NAMES]
+    assert got == pytest.approx(true, rel=1e-3)
+    assert summary["median_abs_err_after_first_order"][0] < 1e-4
+    assert summary["median_abs_err_before"][0] > 0.1
