@@ -343,6 +343,8 @@ def main() -> None:
     layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
     preds = _predict_settings(args, ok, resolved)
+    results = HERE / "results"
+    write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)  # --reuse after a stop
     folds, full = [], {}
     if not args.no_fit:
         fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers,
@@ -365,7 +367,6 @@ def main() -> None:
                            "tpot_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 1])))}
                     for name, p in preds.items()},
     }
-    results = HERE / "results"
     (results / f"{args.out}.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
     write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)
     from accuracy_e2e_report import write_markdown

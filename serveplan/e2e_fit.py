@@ -40,9 +40,9 @@ from serveplan.estimator.runtime_fit import (
 def _first_token_batch(row: E2ERow) -> float:
     if row.mode != "agg":
         return float(row.prefill.batch or 1)
-    seqs = row.batch_size or row.concurrency
-    workers = max(row.concurrency // (seqs * row.dp), 1)
-    return float(min(seqs, row.concurrency / (workers * row.dp)))
+    seqs, dp = row.batch_size or row.concurrency, max(row.dp, 1)  # dp 0: not recorded
+    workers = max(row.concurrency // (seqs * dp), 1)
+    return float(min(seqs, row.concurrency / (workers * dp)))
 
 
 def _tp_first(row: E2ERow) -> tuple[int, int]:

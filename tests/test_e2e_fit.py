@@ -59,3 +59,9 @@ def test_terms_are_recovered_from_rows_generated_with_them():
     assert got == pytest.approx(true, rel=1e-3)
     assert summary["median_abs_err_after_first_order"][0] < 1e-4
     assert summary["median_abs_err_before"][0] > 0.1
+
+
+def test_an_unrecorded_attention_dp_counts_as_one():
+    """Some rows record attention_dp_size 0: one rank, as the deployment builder reads it."""
+    assert row_slopes(_row(dp=0), (100.0, 10.0), 80, NAMES) == pytest.approx(
+        row_slopes(_row(dp=1), (100.0, 10.0), 80, NAMES))
