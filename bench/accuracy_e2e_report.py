@@ -95,6 +95,15 @@ def _spread(report) -> str:
             "under any prediction's error on those rows.")
 
 
+def _notes(path: Path) -> str:
+    """The analysis of the latest run (``accuracy_e2e_notes.md`` beside the report, written
+    by hand after reading the run), or a pointer to it."""
+    notes = path.with_name("accuracy_e2e_notes.md")
+    if not notes.exists():
+        return "## Where the targets are missed, and why\n\n(no notes for this run yet)"
+    return notes.read_text().strip()
+
+
 def write_markdown(report: dict, path: Path) -> None:
     cov = report["coverage"]
     reasons = "\n".join(f"- {n:,} rows: {r}" for r, n in sorted(
@@ -126,6 +135,8 @@ terms fitted on the engine's other models).
 ## Per engine x model x system x mode
 
 {chr(10).join(_group_rows(report))}
+
+{_notes(path)}
 
 ## Runtime terms fitted
 
