@@ -37,11 +37,12 @@ from scipy.optimize import minimize
 from .runtime import RuntimeTerms
 
 SOFT_L1_SCALE = 0.1  # log-ratio residuals beyond ~10 % count linearly, not squared
-# the terms fitted by default, their scale (seconds: the finite-difference step) and bound
-FIT_TERMS = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-5, 1e-3),
-             "frontend_output_per_token_s": (1e-4, 5e-3),
-             "tp_sync_per_layer_s": (1e-5, 1e-3)}
-TERM_SCALES = {**FIT_TERMS, "frontend_request_s": (5e-3, 0.5), "step_cpu_s": (1e-3, 0.05),
+FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
+             "tp_sync_per_layer_s")  # fitted by default
+# every fittable term's scale (seconds: the finite-difference step) and upper bound
+TERM_SCALES = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-5, 1e-3),
+               "frontend_output_per_token_s": (1e-4, 5e-3), "tp_sync_per_layer_s": (1e-5, 1e-3),
+               "frontend_request_s": (5e-3, 0.5), "step_cpu_s": (1e-3, 0.05),
                "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4)}
 _NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
@@ -131,7 +132,7 @@ def _step(predict, base, names, x, p, measured, budget):
 
 def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarray,
               tp: np.ndarray, base: RuntimeTerms | None = None,
-              names: Sequence[str] = tuple(FIT_TERMS), max_evals: int = 20) -> FitResult:
+              names: Sequence[str] = FIT_TERMS, max_evals: int = 20) -> FitResult:
     """Fit ``names`` (those the runs identify) of ``base`` to ``measured``, with the
     simulator in the loop (module docstring); at most about ``max_evals`` calls of
     ``predict``.

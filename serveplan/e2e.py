@@ -142,7 +142,7 @@ def load_rows(path: str | Path) -> list[E2ERow]:
         return [_row(r) for r in csv.DictReader(fh)]
 
 
-def _agg_workers(row: E2ERow) -> int | str:
+def agg_workers(row: E2ERow) -> int | str:
     """Agg workers: ``concurrency / (batch_size x dp)`` (the generator's rule; ``batch_size``
     is per attention-DP rank), or why not."""
     per_worker = (row.batch_size or 0) * row.dp  # 0: not recorded
@@ -161,7 +161,7 @@ def _topology_reason(row: E2ERow, model: str) -> str | None:
         workers = () if reason else tuple((r.tp, r.pp, r.ep)
                                           for r in (row.prefill, row.decode))
     else:
-        count = _agg_workers(row)
+        count = agg_workers(row)
         reason = layout_reason(row.tp, row.dp, row.ep) or (
             count if isinstance(count, str) else None)
         workers = ((row.tp, row.pp, row.ep),)
@@ -237,7 +237,7 @@ def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
     if row.mode != "agg":
         return disagg_pools(row, base)
     seqs = row.batch_size or row.concurrency
-    pool = {**base, "role": "colocated", "tp": row.tp, "pp": row.pp, "count": _agg_workers(row),
+    pool = {**base, "role": "colocated", "tp": row.tp, "pp": row.pp, "count": agg_workers(row),
             "max_num_seqs": seqs, "max_num_batched_tokens": _agg_budget(row, seqs, base),
             **moe_fields(row.tp, row.dp, row.ep)}
     if row.engine == "sglang" and engine:
@@ -283,5 +283,5 @@ def simulate_row(row: E2ERow, data_dir: Path | None = None, *, resolved=None,
     return float(np.median(ttft) * 1e3), float(np.median(tpot) * 1e3)
 
 
-__all__ = ["E2ERow", "Role", "closed_loop", "deployment", "expressible", "load_rows",
+__all__ = ["E2ERow", "Role", "agg_workers", "closed_loop", "deployment", "expressible", "load_rows",
            "resolve_row", "simulate_row", "with_terms"]

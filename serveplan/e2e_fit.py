@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from serveplan.e2e import E2ERow
+from serveplan.e2e import E2ERow, agg_workers
 from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.estimator.runtime_fit import (
     FIT_TERMS,
@@ -38,11 +38,12 @@ from serveplan.estimator.runtime_fit import (
 
 
 def _first_token_batch(row: E2ERow) -> float:
+    """Requests in the step of a first token: an agg rank's share of the clients (the
+    deployment's workers, :func:`~serveplan.e2e.agg_workers`) up to its batch size."""
     if row.mode != "agg":
         return float(row.prefill.batch or 1)
     seqs, dp = row.batch_size or row.concurrency, max(row.dp, 1)  # dp 0: not recorded
-    workers = max(row.concurrency // (seqs * dp), 1)
-    return float(min(seqs, row.concurrency / (workers * dp)))
+    return float(min(seqs, row.concurrency / (agg_workers(row) * dp)))
 
 
 def _tp_first(row: E2ERow) -> tuple[int, int]:
@@ -53,7 +54,7 @@ def _tp_first(row: E2ERow) -> tuple[int, int]:
 
 
 def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
-               names: Sequence[str] = tuple(FIT_TERMS)) -> np.ndarray:
+               names: Sequence[str] = FIT_TERMS) -> np.ndarray:
     """``(2, len(names))``: ms of TTFT and TPOT per second of each term (module docstring)."""
     ttft0, tpot0 = float(pred0[0]), float(pred0[1])
     tp_first, tp_decode = _tp_first(row)
@@ -71,7 +72,7 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
 
 
 def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
-             names: Sequence[str] = tuple(FIT_TERMS)) -> tuple[RuntimeTerms, dict]:
+             names: Sequence[str] = FIT_TERMS) -> tuple[RuntimeTerms, dict]:
     """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms)
     and each row's layer count; returns the terms and a summary (fitted, skipped, median
     |error| of the first-order model before and after)."""

@@ -85,7 +85,7 @@ def _engine(cases: list[RunCase]) -> str:
     return engines.pop()
 
 
-def fit_runs(cases: list[RunCase], base: RuntimeTerms, names=tuple(FIT_TERMS),
+def fit_runs(cases: list[RunCase], base: RuntimeTerms, names=FIT_TERMS,
              max_evals: int = 40, seed: int = 0) -> FitResult:
     """Terms fitted to ``cases`` (medians of TTFT and TPOT of each run)."""
     measured = np.array([measured_medians(c) for c in cases])
@@ -115,7 +115,7 @@ def _num(x) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def leave_one_run_out(cases: list[RunCase], base: RuntimeTerms, names=tuple(FIT_TERMS),
+def leave_one_run_out(cases: list[RunCase], base: RuntimeTerms, names=FIT_TERMS,
                       max_evals: int = 40, seed: int = 0) -> Validation:
     """Each run predicted with terms fitted on the other runs (module docstring)."""
     n = len(cases)
@@ -143,7 +143,7 @@ def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -
     return json.dumps(prof.model_dump(mode="json"), indent=2, default=float) + "\n"
 
 
-def calibrate_runs(cases: list[RunCase], out: Path, *, names=tuple(FIT_TERMS),
+def calibrate_runs(cases: list[RunCase], out: Path, *, names=FIT_TERMS,
                    max_evals: int = 40, seed: int = 0) -> tuple[FitResult, Validation]:
     """Fit, validate, write ``out``; the fit and the validation."""
     if not cases:

@@ -44,11 +44,13 @@ def test_slopes_of_a_disaggregated_row_follow_each_role():
 def test_terms_are_recovered_from_rows_generated_with_them():
     rng = np.random.default_rng(0)
     rows, pred0, layers = [], [], []
-    for k in range(40):
+    for _ in range(40):
         r = _row(isl=int(rng.choice([1024, 8192])), concurrency=int(rng.choice([4, 16, 64])),
                  batch_size=None, tp=int(rng.choice([1, 2, 4])))
         p0 = (float(rng.uniform(30, 300)), float(rng.uniform(5, 30)))
-        rows.append(r), pred0.append(p0), layers.append(int(rng.choice([36, 61, 80])))
+        rows.append(r)
+        pred0.append(p0)
+        layers.append(int(rng.choice([36, 61, 80])))
     true = np.array([0.04, 2e-5, 6e-4, 3e-5])
     truth = [np.array(p) + row_slopes(r, p, n, NAMES) @ true
              for r, p, n in zip(rows, pred0, layers, strict=True)]
