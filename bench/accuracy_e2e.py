@@ -248,6 +248,7 @@ def _command(args) -> str:
     return ("python bench/accuracy_e2e.py"
             + (" --no-fit" if args.no_fit else "")
             + (" --write-profiles" if args.write_profiles else "")
+            + (" --reuse" if args.reuse else "")
             + (f" --rounds {args.rounds}" if args.rounds != MEASURED_ROUNDS else "")
             + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
