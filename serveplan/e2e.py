@@ -47,7 +47,8 @@ from serveplan.estimator.memory import MemoryPlanError
 from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.estimator.specs import Parallelism, SpecError
 from serveplan.resolution import resolve
-from serveplan.sim.workload import Requests
+from serveplan.sim.clients import CLIENT_SEND_JITTER_S
+from serveplan.sim.workload import ClosedLoop, Requests
 
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 WARMUP_ROUNDS, MEASURED_ROUNDS = 2, 20
@@ -246,10 +247,15 @@ def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
     return {"pools": [pool], **router}
 
 
-def closed_loop(row: E2ERow, rounds: int = WARMUP_ROUNDS + MEASURED_ROUNDS) -> Requests:
+def closed_loop(row: E2ERow, rounds: int = WARMUP_ROUNDS + MEASURED_ROUNDS,
+                send_jitter_s: float = CLIENT_SEND_JITTER_S, seed: int = 0) -> Requests:
+    """The row's aiperf load: ``concurrency`` clients, ``rounds`` requests each, every send
+    after an exponential jitter of mean ``send_jitter_s`` (:data:`CLIENT_SEND_JITTER_S`)."""
     n = rounds * row.concurrency
     return Requests(arrival_s=np.full(n, np.nan), prompt_len=np.full(n, row.isl),
-                    output_len=np.full(n, row.osl), concurrency=row.concurrency)
+                    output_len=np.full(n, row.osl), concurrency=row.concurrency,
+                    client_delay_s=ClosedLoop(row.concurrency, 0.0, send_jitter_s)
+                    .client_delays(n, seed))
 
 
 def resolve_row(row: E2ERow, data_dir: Path, **kw):

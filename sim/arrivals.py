@@ -189,9 +189,7 @@ class ClosedLoop:
     * requests ``0 .. concurrency - 1`` arrive at t = 0;
     * request ``i >= concurrency`` arrives at the finish time (last token) of request
       ``i - concurrency``, the previous request of the same client (:func:`closed_loop_predecessor`),
-      with zero think time. (``Requests.client_delay_s`` carries per-request think times for
-      a loop that adds them to this release; the compiled loop does not yet, see
-      :mod:`.clients`.)
+      plus its think time (``Requests.client_delay_s``, from :meth:`client_delays`).
 
     So exactly ``concurrency`` requests are in the system until the last ones drain, as with
     aiperf / genai-perf ``--concurrency``. (``vllm bench serve --max-concurrency`` with an

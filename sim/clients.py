@@ -35,13 +35,14 @@ latencies are left out, as a client that gave up never sees them; the simulated 
 serves it to its last token, as a server that does not notice the disconnect would (vLLM aborts
 a request whose client disconnects, freeing its KV blocks earlier than simulated here).
 
-Two client habits need the compiled loop, which does not have them yet:
+Think time: ``Requests.client_delay_s`` holds each request's delay; the compiled loop sends
+request ``k`` at ``finish(k - concurrency) + client_delay_s[k]`` (``lifecycle.release_next``
+and a heap of pending sends). Even a small jitter matters: with fixed lengths and no jitter a
+closed loop is deterministic and can settle into a pattern that real clients, whose sends
+wander by a millisecond or so, do not keep (``docs/workloads.md``).
 
-* think time: ``Requests.client_delay_s`` holds each request's delay, but releasing request
-  ``k`` at ``finish(k - concurrency) + client_delay_s[k]`` needs a future event (the loop
-  releases the next request of a client at the finish itself, ``lifecycle.release_next``), so
-  :func:`build_requests` refuses a non-zero think time for now;
-* a timed-out closed-loop client sends its next request at the timeout, not at the finish.
+One client habit needs the compiled loop, which does not have it yet: a timed-out
+closed-loop client sends its next request at the timeout, not at the finish.
 
 Warm-up is approximated: aiperf waits for every warm-up response before its profiling phase
 starts; here the profiling requests follow the warm-up ones without that barrier.
@@ -66,6 +67,16 @@ TIMEOUT_ATTR = "client_timeout_s"
 Outcome = namedtuple("Outcome", ["measured", "completed", "failed", "timed_out"])
 """Per-request masks: measured (not warm-up); completed (measured, finished, not rejected, not
 timed out); failed (measured and rejected or timed out); timed out."""
+
+
+CLIENT_SEND_JITTER_S = 1e-3
+"""Mean of the exponential delay between a closed-loop client receiving a response's last
+token and its next request leaving it (aiperf returns the credit to its timing manager,
+which hands a new one to a worker). Its size hardly matters (0.3-3 ms give the same medians
+within a few per cent, ``docs/runtime.md``); its existence does: with fixed lengths and no
+jitter the closed loop is deterministic and keeps whatever pattern its first round set,
+where real clients drift. Replays of measured closed-loop runs (:mod:`serveplan.runs`) and
+the end-to-end rows (:mod:`serveplan.e2e`) send with it."""
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -145,10 +156,7 @@ def _vllm_bench(w):
 
 
 def _closed_loop(w):
-    if w.think_time_s or w.think_time_jitter_s:
-        raise ValueError("workload.think_time_s / think_time_jitter_s: the simulator's closed "
-                         "loop does not apply think times yet (serveplan.sim.clients)")
-    return W.ClosedLoop(w.concurrency)
+    return W.ClosedLoop(w.concurrency, w.think_time_s, w.think_time_jitter_s)
 
 
 _ARRIVALS = {
@@ -216,5 +224,5 @@ def _trace_requests(w, seed: int) -> W.Requests:
     return replace(req, warmup=w.warmup_request_count, timeout_s=w.request_timeout_s)
 
 
-__all__ = ["TIMEOUT_ATTR", "WARMUP_ATTR", "Outcome", "build_requests", "client_attrs",
+__all__ = ["CLIENT_SEND_JITTER_S", "TIMEOUT_ATTR", "WARMUP_ATTR", "Outcome", "build_requests", "client_attrs",
            "client_outcome", "length_dist"]

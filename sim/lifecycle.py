@@ -26,7 +26,7 @@ from ._jitcache import sim_jit, sim_jit_inline
 from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, est_prefill
 from .pools import Role
 from .router import route_with_state
-from .runtime import F_ON, push_release
+from .runtime import F_ON, push_release, push_send
 from .session_state import affine_instance, round_done
 from .state import (
     FINISHED_IGNORED,
@@ -117,24 +117,47 @@ def _set_arrival(w, k, t):
 @sim_jit
 def release_next(w, r, now):
     """Closed loop: the client of ``r``, which got the last token at ``now`` (plus the
-    front end's output delay), sends its next request (skipping, at once, requests rejected
-    up front). Through a front end the request reaches the engine later: a pending release
-    (:mod:`serveplan.sim.runtime`); otherwise it is admitted now."""
+    front end's output delay), sends its next request -- after its think time, if it has
+    one (a pending send, :func:`send_request`), else at once (a request rejected up front
+    finishes at once, and its client goes on to the next)."""
     conc = w.glob[G_CONCURRENCY]
     n = w.views[0].prompt.shape[0]
     k = r + conc
     fe = w.fe
+    sent = now + fe.d_last[r]
     while conc > 0 and k < n:
-        if fe.terms[F_ON] != 0.0 and w.views[0].status[k] != FINISHED_IGNORED:
-            _set_arrival(w, k, push_release(fe, k, now + fe.d_last[r], w.views[0].prompt[k]))
+        if fe.think[k] > 0.0:
+            push_send(fe, k, sent + fe.think[k])
             return
-        _set_arrival(w, k, now)
-        if w.views[0].status[k] != FINISHED_IGNORED:
-            admit(w, k, now)
+        if not _send(w, k, sent):
             return
-        fe.t_sent[k] = now
-        _finish_ignored(w, k, now)
         k += conc
+
+
+@sim_jit
+def send_request(w, k, sent):
+    """A pending send: request ``k`` leaves its client at ``sent`` (its think time over)."""
+    if _send(w, k, sent):
+        release_next(w, k, sent)
+
+
+@sim_jit
+def _send(w, k, sent):
+    """Request ``k`` leaves its client at ``sent``: through a front end it reaches the engine
+    later (a pending release, :mod:`serveplan.sim.runtime`), otherwise it is admitted now.
+    Returns True if it was rejected up front (it finished at once)."""
+    fe = w.fe
+    if w.views[0].status[k] == FINISHED_IGNORED:
+        fe.t_sent[k] = sent
+        _set_arrival(w, k, sent)
+        _finish_ignored(w, k, sent)
+        return True
+    if fe.terms[F_ON] != 0.0:
+        _set_arrival(w, k, push_release(fe, k, sent, w.views[0].prompt[k]))
+    else:
+        _set_arrival(w, k, sent)
+        admit(w, k, sent)
+    return False
 
 
 @sim_jit
@@ -172,4 +195,4 @@ def request_done(w, r, now):
 
 
 __all__ = ["World", "admit", "on_arrival", "release_next", "release_round", "request_done",
-           "stage_of"]
+           "send_request", "stage_of"]

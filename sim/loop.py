@@ -6,8 +6,9 @@ policy, and its own cost row. The loop advances time from event to event; the ne
 found by comparing a few times, with no heap:
 
 1. the next arrival (requests are sorted by arrival, a pointer walks them; a closed
-   loop's later requests are released by their client's previous one instead, at once or,
-   through a front end, from a FIFO of pending releases; a session's later rounds are sent
+   loop's later requests are released by their client's previous one instead, at once or
+   after the client's think time (a heap of pending sends) and, through a front end, from a
+   FIFO of pending releases; a session's later rounds are sent
    after their tool delay, from a heap of pending rounds, :mod:`serveplan.sim.session_state`);
 2. the earliest step end among busy *upstream* instances (colocated, prefill), or the next
    completion of SIBYL's delay stage;
@@ -41,8 +42,8 @@ from .disagg import (
 )
 from .handoff import Q_DBASE, Q_DELAY, Q_DPTR, Q_NDELAY
 from .kvcache import num_used
-from .lifecycle import ROLE_DECODE, ROLE_PREFILL, admit, on_arrival, release_round
-from .runtime import next_release_time, pop_release
+from .lifecycle import ROLE_DECODE, ROLE_PREFILL, admit, on_arrival, release_round, send_request
+from .runtime import next_release_time, next_send_time, pop_release, pop_send
 from .session_state import pop_session, session_next_time
 from .state import (
     A_BATCH_TIME,
@@ -78,7 +79,8 @@ from .transfer import xfer_next_time
 @sim_jit_inline
 def _next_arrival(w):
     """``(time, source)``: the next open arrival (source 0), released closed-loop request or
-    front-end release (1) or session round sent after its tool delay (2)."""
+    front-end release (1), session round sent after its tool delay (2) or closed-loop request
+    sent after its client's think time (3)."""
     t = w.views[0].arrival[w.glob[G_NEXT]] if w.glob[G_NEXT] < w.glob[G_NOPEN] else np.inf
     src = 0
     t_rel = next_release_time(w.fe)
@@ -87,6 +89,9 @@ def _next_arrival(w):
     t_round = session_next_time(w.ss)
     if t_round < t:
         t, src = t_round, 2
+    t_send = next_send_time(w.fe)
+    if t_send < t:
+        t, src = t_send, 3
     return t, src
 
 
@@ -221,6 +226,9 @@ def _handle_next_event(w):
             return t_arr
         if source == 2:
             release_round(w, pop_session(w.ss), t_arr)
+            return t_arr
+        if source == 3:
+            send_request(w, pop_send(w.fe), t_arr)
             return t_arr
         r = w.glob[G_NEXT]
         w.glob[G_NEXT] = r + 1

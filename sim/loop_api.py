@@ -475,11 +475,11 @@ def _workload(requests, pools) -> _Workload:
     return _Workload(prompt, output_req, output, ignored, arrival, conc, n_open)
 
 
-def _front(w: _Workload, frontend: FrontEnd | None):
-    """Front-end state; open arrivals (a closed loop's first requests) become the times the
-    engine gets them."""
+def _front(w: _Workload, frontend: FrontEnd | None, think: np.ndarray | None = None):
+    """Front-end state (with the closed loop's think times); open arrivals (a closed loop's
+    first requests) become the times the engine gets them."""
     n = len(w.prompt)
-    fe = make_front(frontend, n, max(w.conc, n - w.n_open))
+    fe = make_front(frontend, n, max(w.conc, n - w.n_open), think if w.conc else None)
     if fe.terms[F_ON] != 0.0 and n:
         n_open = w.n_open
         fe.t_sent[:n_open] = w.arrival[:n_open]
@@ -509,7 +509,7 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps, fron
     pd = h is not None
     n = len(requests)
     w = _workload(requests, pools)
-    fe = _front(w, frontend)
+    fe = _front(w, frontend, requests.client_delay_s)
     delay = pd and h.prefill_stage == "delay"
     if delay and (w.conc or requests.sessions is not None):
         raise ValueError("the delay prefill stage needs an open-loop workload (arrival "

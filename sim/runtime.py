@@ -21,8 +21,10 @@ delays of its first and last tokens, and the run's results report client times
 (:func:`to_client_times`): arrival = send, first/last token = engine time + that delay.
 (The largest inter-token gap stays the engine's.)
 A closed-loop client sends its next request when it has received the last token of the
-previous one; that request reaches the engine after the front end has processed it, so it
-becomes an event of its own (a FIFO of pending releases, in send order).
+previous one, after its think time if it has one (``Requests.client_delay_s``: a send with a
+think time is an event of its own, from a heap of pending sends ordered by send time); that
+request reaches the engine after the front end has processed it, so it becomes an event of
+its own too (a FIFO of pending releases, in send order).
 """
 
 from __future__ import annotations
@@ -33,20 +35,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._jitcache import sim_jit
+from .timeheap import heap_next_time, heap_pop, heap_push
 
 # front-end terms: fe.terms[F_*]
 F_REQUEST, F_PROMPT_TOKEN, F_OUTPUT, F_OUTPUT_PER_TOKEN, F_ON, F_FREE_AT = range(6)
 N_F = 6
-# ring of pending closed-loop releases: fe.gi[R_*]
-R_HEAD, R_LEN = range(2)
+# ring of pending closed-loop releases, heap of pending sends: fe.gi[R_*]
+R_HEAD, R_LEN, S_LEN = range(3)
 # per-step runtime terms: costs.rt[c, T_*]
 T_CPU_BASE, T_CPU_PER_REQUEST, T_CPU_PER_TOKEN, T_GPU_EXTRA = range(4)
 N_T = 4
 
-Front = namedtuple("Front", ["terms", "gi", "ring_r", "ring_t", "t_sent", "d_first", "d_last"])
+Front = namedtuple("Front", ["terms", "gi", "ring_r", "ring_t", "t_sent", "d_first", "d_last",
+                             "think", "heap_r", "heap_t"])
 """Front-end state: terms (and the time the front end is next free), the ring of pending
 closed-loop releases, each request's client send time and the output delays of its first
-and last tokens."""
+and last tokens; the clients' think time before each request and the heap of pending
+sends."""
 
 
 def _check_nonneg(obj) -> None:
@@ -101,18 +106,22 @@ class FrontEnd:
         return s_cum + np.maximum.accumulate(np.asarray(sent, dtype=np.float64) - s_cum + service)
 
 
-def make_front(front: FrontEnd | None, n_requests: int, concurrency: int) -> Front:
-    """Front-end state for a run (inactive when ``front`` is None or all zero)."""
+def make_front(front: FrontEnd | None, n_requests: int, concurrency: int,
+               think: np.ndarray | None = None) -> Front:
+    """Front-end state for a run (inactive when ``front`` is None or all zero); ``think``:
+    each request's client think time (closed loop; None: none)."""
     terms = np.zeros(N_F)
     if front is not None and front.active:
         terms[:4] = [front.request_s, front.prompt_token_s, front.output_s,
                      front.output_per_token_s]
         terms[F_ON] = 1.0
     cap = max(int(concurrency), 1)
-    return Front(terms=terms, gi=np.zeros(2, dtype=np.int64),
+    think = np.zeros(n_requests) if think is None else np.array(think, dtype=np.float64)
+    return Front(terms=terms, gi=np.zeros(3, dtype=np.int64),
                  ring_r=np.zeros(cap, dtype=np.int64), ring_t=np.zeros(cap),
                  t_sent=np.full(n_requests, np.nan), d_first=np.zeros(n_requests),
-                 d_last=np.zeros(n_requests))
+                 d_last=np.zeros(n_requests), think=think,
+                 heap_r=np.zeros(cap, dtype=np.int64), heap_t=np.zeros(cap))
 
 
 @sim_jit
@@ -157,6 +166,23 @@ def pop_release(fe):
     return r
 
 
+@sim_jit
+def push_send(fe, r, at):
+    """Request ``r``'s client will send it at ``at`` (after its think time)."""
+    heap_push(fe.heap_t, fe.heap_r, fe.gi, S_LEN, at, r)
+
+
+@sim_jit
+def next_send_time(fe):
+    return heap_next_time(fe.heap_t, fe.gi, S_LEN)
+
+
+@sim_jit
+def pop_send(fe):
+    """The request whose send is due first (removed from the heap)."""
+    return heap_pop(fe.heap_t, fe.heap_r, fe.gi, S_LEN)
+
+
 def to_client_times(fe: Front, views, t_finish: np.ndarray) -> None:
     """Turn a finished run's engine times into the client's (in place)."""
     if fe.terms[F_ON] == 0.0:
@@ -184,4 +210,5 @@ def step_runtime(rt_row, gpu_s, requests, tokens, overlap):
 
 
 __all__ = ["Front", "FrontEnd", "StepRuntime", "make_front", "next_release_time",
-           "output_delay", "pop_release", "push_release", "step_runtime", "to_client_times"]
+           "next_send_time", "output_delay", "pop_release", "pop_send", "push_release",
+           "push_send", "step_runtime", "to_client_times"]

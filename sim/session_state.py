@@ -40,6 +40,7 @@ import numpy as np
 from ._jitcache import sim_jit
 from .kvcache import cache_block
 from .state import G_HASH_BLOCK, K_BLOCK, K_PREFIX, block_key
+from .timeheap import heap_next_time, heap_pop, heap_push
 
 Sessions = namedtuple("Sessions", [
     "sid", "prev", "next", "delay", "new", "kind",
@@ -100,58 +101,21 @@ def make_sessions(n: int, n_inst: int, prompt, plan=None, par=None, slots: int =
 
 # ------------------------------------------------------------------------ pending rounds
 @sim_jit
-def _before(ss, a, b):
-    """Heap order: earlier time, then lower row."""
-    ta, tb = ss.heap_t[a], ss.heap_t[b]
-    return ta < tb or (ta == tb and ss.heap_r[a] < ss.heap_r[b])
-
-
-@sim_jit
-def _swap(ss, a, b):
-    t, r = ss.heap_t[a], ss.heap_r[a]
-    ss.heap_t[a], ss.heap_r[a] = ss.heap_t[b], ss.heap_r[b]
-    ss.heap_t[b], ss.heap_r[b] = t, r
-
-
-@sim_jit
 def push_session(ss, t, r):
     """Round ``r`` is sent at ``t``."""
-    k = ss.gi[S_HEAP_LEN]
-    ss.heap_t[k], ss.heap_r[k] = t, r
-    ss.gi[S_HEAP_LEN] = k + 1
-    while k > 0:
-        parent = (k - 1) // 2
-        if not _before(ss, k, parent):
-            break
-        _swap(ss, k, parent)
-        k = parent
+    heap_push(ss.heap_t, ss.heap_r, ss.gi, S_HEAP_LEN, t, r)
 
 
 @sim_jit
 def session_next_time(ss):
     """When the next pending round is sent (inf: none)."""
-    return ss.heap_t[0] if ss.gi[S_HEAP_LEN] > 0 else np.inf
+    return heap_next_time(ss.heap_t, ss.gi, S_HEAP_LEN)
 
 
 @sim_jit
 def pop_session(ss):
     """The pending round sent first (removed from the heap)."""
-    r = ss.heap_r[0]
-    n = ss.gi[S_HEAP_LEN] - 1
-    ss.gi[S_HEAP_LEN] = n
-    ss.heap_t[0], ss.heap_r[0] = ss.heap_t[n], ss.heap_r[n]
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= n:
-            break
-        if c + 1 < n and _before(ss, c + 1, c):
-            c += 1
-        if not _before(ss, c, k):
-            break
-        _swap(ss, k, c)
-        k = c
-    return r
+    return heap_pop(ss.heap_t, ss.heap_r, ss.gi, S_HEAP_LEN)
 
 
 @sim_jit

@@ -123,8 +123,9 @@ def test_closed_loop_think_times():
     assert W.ClosedLoop(2).client_delays(5, 3) is None
     r = W.generate_requests(5, loop, W.Fixed(4), W.Fixed(2), 0)
     assert r.client_delay_s.shape == (5,) and np.all(r.client_delay_s[2:] >= 0.5)
-    with pytest.raises(ValueError, match="think_time_s / think_time_jitter_s"):
-        clients.build_requests(spec(kind="closed-loop", concurrency=2, think_time_s=1.0))
+    built = clients.build_requests(spec(kind="closed-loop", concurrency=2, num_requests=6,
+                                        think_time_s=1.0))
+    np.testing.assert_array_equal(built.client_delay_s, [0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
 
 
 def test_requests_client_fields_validate_and_survive_take_and_tile():

@@ -28,9 +28,11 @@ def _params(**kw) -> EngineParams:
     return EngineParams(num_gpu_blocks=1000, max_model_len=4096, **kw)
 
 
-def _run(arrival, prompt, output, *, concurrency=None, runtime=None, frontend=None, **kw):
+def _run(arrival, prompt, output, *, concurrency=None, runtime=None, frontend=None,
+         think=None, **kw):
     req = Requests(arrival_s=np.asarray(arrival, dtype=float), prompt_len=np.asarray(prompt),
-                   output_len=np.asarray(output), concurrency=concurrency)
+                   output_len=np.asarray(output), concurrency=concurrency,
+                   client_delay_s=think)
     pool = PoolSpec(_params(**kw), AffineStepCost(STEP), runtime=runtime)
     return run_pools(req, [pool], frontend=frontend).reqs
 
@@ -102,6 +104,31 @@ def test_closed_loop_client_sends_after_receiving_and_the_front_end_delays_it():
     np.testing.assert_allclose(res.arrival, [0.0, 0.027])
     np.testing.assert_allclose(res.t_first, [0.017, 0.044])
     np.testing.assert_allclose(res.t_finish, [0.027, 0.054])
+
+
+def test_closed_loop_client_waits_its_think_time_through_the_front_end():
+    """The case above with a think time of 5 ms before request 1: the client receives
+    request 0's last token at 27 ms and sends request 1 at 32 ms; the engine gets it at 35:
+    prefill [35, 45] (first token at the client 49 ms), decode [45, 55], finish 59 ms."""
+    fe = FrontEnd(request_s=0.002, prompt_token_s=1e-5, output_s=0.003, output_per_token_s=0.001)
+    res = _run([np.nan, np.nan], [100, 100], [2, 2], concurrency=1, frontend=fe,
+               think=[0.0, 0.005])
+    np.testing.assert_allclose(res.arrival, [0.0, 0.032])
+    np.testing.assert_allclose(res.t_first, [0.017, 0.049])
+    np.testing.assert_allclose(res.t_finish, [0.027, 0.059])
+
+
+def test_think_times_reorder_sends_across_clients():
+    """Two clients, output 1 (a request is its prefill step). Both send at 0; the engine
+    takes request 0 at once (step [0, 10]) and request 1 next ([10, 20]). Client 0 thinks
+    30 ms before request 2 (sent at 40 ms), client 1 12 ms before request 3 (sent at 32 ms,
+    before request 2: step [32, 42]). Request 2 waits for that step: [42, 52]. Client 1
+    thinks 1 ms: request 5 at 43 ms; client 0 none: request 4 at 52 ms; both join the step
+    [52, 62]."""
+    res = _run(np.full(6, np.nan), np.full(6, 16), np.ones(6, dtype=int), concurrency=2,
+               think=[0.0, 0.0, 0.030, 0.012, 0.0, 0.001])
+    np.testing.assert_allclose(res.arrival, [0.0, 0.0, 0.040, 0.032, 0.052, 0.043])
+    np.testing.assert_allclose(res.t_finish, [0.010, 0.020, 0.052, 0.042, 0.062, 0.062])
 
 
 def test_front_end_engine_arrivals_match_a_plain_fifo_recursion():

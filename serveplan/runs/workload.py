@@ -21,7 +21,8 @@ Arrivals (``arrivals="auto"``)
       ``--max-concurrency`` with an infinite rate, inference-perf ``concurrent``) stays a
       closed loop of that many clients (:class:`~serveplan.sim.arrivals.ClosedLoop`): its
       sends depend on the server's speed, so replaying the recorded send times open-loop
-      would drop that feedback;
+      would drop that feedback; each send comes after the clients' small random delay
+      (:data:`~serveplan.sim.clients.CLIENT_SEND_JITTER_S`), as real clients' do;
     * otherwise the recorded send times ``send_s`` where the file has them: exactly the
       sends the server saw (aiperf and inference-perf always record them; vLLM since
       ``start_times``, Jan 2026);
@@ -53,6 +54,7 @@ from serveplan.sim.arrivals import (
     PoissonArrivals,
     VllmBenchArrivals,
 )
+from serveplan.sim.clients import CLIENT_SEND_JITTER_S
 from serveplan.sim.requests import Requests
 from serveplan.user_input import UserError
 
@@ -223,8 +225,10 @@ def requests_for(run: BenchRun, seed: int = 0, *, arrivals: str = "auto") -> Req
     n = len(prompt)
     how = _resolve_mode(run, arrivals)
     if how == "closed":
-        return Requests(arrival_s=ClosedLoop(run.load.concurrency).sample(n), prompt_len=prompt,
-                        output_len=output, concurrency=run.load.concurrency)
+        clients = ClosedLoop(run.load.concurrency, 0.0, CLIENT_SEND_JITTER_S)
+        return Requests(arrival_s=clients.sample(n), prompt_len=prompt, output_len=output,
+                        concurrency=run.load.concurrency,
+                        client_delay_s=clients.client_delays(n, seed))
     if how == "recorded":
         arrival = run.send_s - run.send_s.min() if n else run.send_s
     else:
