@@ -275,12 +275,14 @@ def with_terms(resolved, terms: RuntimeTerms):
 
 
 def simulate_row(row: E2ERow, data_dir: Path | None = None, *, resolved=None,
-                 measured_rounds: int = MEASURED_ROUNDS, **kw) -> tuple[float, float]:
+                 measured_rounds: int = MEASURED_ROUNDS,
+                 send_jitter_s: float = CLIENT_SEND_JITTER_S, **kw) -> tuple[float, float]:
     """Median TTFT and TPOT (ms) of the row's load on its deployment, warm-up discarded."""
     from serveplan.simulation import _run
 
     resolved = resolved if resolved is not None else resolve_row(row, data_dir, **kw)
-    res = _run(resolved, closed_loop(row, WARMUP_ROUNDS + measured_rounds), record_steps=1)
+    load = closed_loop(row, WARMUP_ROUNDS + measured_rounds, send_jitter_s)
+    res = _run(resolved, load, record_steps=1)
     r = res.reqs
     finish = res.pd.t_finish[:len(r.prompt)]  # every role's finish (a PD run's: the decode's)
     keep = slice(WARMUP_ROUNDS * row.concurrency, None)
