@@ -447,7 +447,7 @@ def _mlp(b, tag, model, inter, h, act, wc, eager, frac):
 def _moe(b, model, par, act, frac, redundant=0):
     """Router, routed experts (fused MoE), shared experts, EP all-to-all.
 
-    With ``ep == 1`` every rank holds all experts sharded ``tp`` ways; with ``ep > 1``
+    With ``ep == 1`` every rank holds all experts sharded ``tp * dp`` ways; with ``ep > 1``
     each rank holds ``E / ep`` experts, each sharded over the ``moe_tp = tp * dp / ep``
     ranks of its expert-parallel group (whole experts when ``ep = tp * dp``). The step's tokens T are one attention-DP
     rank's; its experts see the tokens of all ``dp`` ranks, T · dp (ranks taken as equally
@@ -456,6 +456,10 @@ def _moe(b, model, par, act, frac, redundant=0):
     E[active experts] = E_local (1 - (1 - k/E)^tokens). All-to-all (EP with attention DP):
     the rank sends its own T tokens' activations to their top-k experts (dispatch) and gets
     them back (combine), ``T · k · h · act`` bytes each way -- not the group's T · dp.
+    Experts sharded under attention DP (``moe_tp > 1``) see every rank's tokens instead, as
+    the engines run it (SGLang's DP gather, TensorRT-LLM's all-gather / reduce-scatter,
+    vLLM's naive dispatch): each rank gathers the other ``dp - 1`` ranks' ``T · h · act``
+    and reduce-scatters the partial sums back (the same bytes).
     The kernel prices the busiest rank: its routed load over the mean scales both
     (:mod:`.routing`). With ``redundant`` EPLB replicas a rank holds ``(E + R) / ep``
     physical experts, each picked with probability ``k / (E + R)`` on average.
@@ -476,8 +480,13 @@ def _moe(b, model, par, act, frac, redundant=0):
     if model.num_shared_experts:
         _mlp(b, "moe.shared", model, model.shared_intermediate_size / par.tp, h, act,
              "shared_experts", False, frac)
-    if ep > 1 and par.dp > 1:
+    if par.dp > 1 and shard == 1:
         b.add("moe.dispatch_a2a", F, K.B_ALLTOALL, b=k * h * act, family=K.F_COMM, count=0,
               frac=frac)
         b.add("moe.combine_a2a", F, K.B_ALLTOALL, b=k * h * act, family=K.F_COMM, count=0,
               frac=frac)
+    elif par.dp > 1:
+        b.add("moe.dispatch_allgather", F, K.B_GATHER, b=h * act, family=K.F_COMM, count=0,
+              frac=frac, x1=par.dp)
+        b.add("moe.combine_reducescatter", F, K.B_GATHER, b=h * act, family=K.F_COMM,
+              count=0, frac=frac, x1=par.dp)

@@ -277,7 +277,9 @@ class Parallelism(BaseModel):
     divide ``tp * dp``); each expert is sharded over the :attr:`moe_tp` ranks of its group.
     vLLM's ``--enable-expert-parallel`` spans every rank (``ep = tp * dp``, ``moe_tp = 1``);
     SGLang's ``--ep-size`` and TensorRT-LLM's ``moe_expert_parallel_size`` may mix both
-    (``tp 8, ep 4``: every expert on 2 ranks).
+    (``tp 8, ep 4``: every expert on 2 ranks). Without expert parallelism the experts are
+    sharded over all ``tp * dp`` ranks, attention DP included (vLLM: "the expert layers
+    form a DP x TP tensor-parallel group"; SGLang and TensorRT-LLM likewise).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -299,9 +301,9 @@ class Parallelism(BaseModel):
 
     @property
     def moe_tp(self) -> int:
-        """Ranks one expert is sharded over: ``tp`` without expert parallelism, else the
-        ``tp * dp / ep`` ranks of an expert-parallel group."""
-        return self.tp * self.dp // self.ep if self.ep > 1 else self.tp
+        """Ranks one expert is sharded over: the ``tp * dp / ep`` ranks of an
+        expert-parallel group (all ``tp * dp`` ranks without expert parallelism)."""
+        return self.tp * self.dp // self.ep
 
     def check_model(self, m: ModelSpec) -> None:
         """Raise :class:`SpecError` if ``m`` cannot be split this way (as vLLM would)."""

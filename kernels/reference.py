@@ -141,11 +141,15 @@ def _op_work_traffic(ops, r, T, R, prm, agg_row):
 
 
 def _collective_ref(ops, r, T, prm, e_m):
-    """Seconds of a collective row: TP all-reduce of b·T bytes, or the EP all-to-all of the
-    busiest rank, which moves f times a rank's mean b·T (this rank's T, not dp·T)."""
+    """Seconds of a collective row: TP all-reduce of b·T bytes, the EP all-to-all of the
+    busiest rank, which moves f times a rank's mean b·T (this rank's T, not dp·T), or the
+    all-gather of the other n - 1 attention-DP ranks' b·T (one latency)."""
     if int(ops[r, K.C_BASIS]) == K.B_ALLREDUCE:
         return allreduce_time_ref(ops[r, K.C_B] * T, prm[K.P_TP], prm[K.P_COMM_BW],
                                        prm[K.P_COMM_LAT], e_m)
+    if int(ops[r, K.C_BASIS]) == K.B_GATHER:  # each of n ranks gets the n-1 others' b·T
+        n = ops[r, K.C_X1]
+        return (n - 1) * ops[r, K.C_B] * T / (e_m * prm[K.P_COMM_BW]) + prm[K.P_COMM_LAT]
     busiest = ops[r, K.C_B] * T * prm[K.P_MOE_LOAD]
     return alltoall_time_ref(busiest, prm[K.P_EP], prm[K.P_COMM_BW], prm[K.P_COMM_LAT], e_m)
 
@@ -177,7 +181,7 @@ def _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod, q_decode=1):
         e_m = prm[K.P_EFF + (ph * K.N_FAMILIES + fam) * 2 + 1]
         off = int(ops[r, K.C_CORR + ph])
         agg = np.zeros(5)
-        if basis in (K.B_ALLREDUCE, K.B_ALLTOALL):
+        if basis in (K.B_ALLREDUCE, K.B_ALLTOALL, K.B_GATHER):
             t = _collective_ref(ops, r, T, prm, e_m)
             if off > 0 and t > 0:
                 t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))

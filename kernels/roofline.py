@@ -16,6 +16,8 @@ The estimator turns a model + parallelism + calibration profile into three array
     ``B_MOE``          routed experts on the busiest rank: W = a·A,  Q = b·A + c·E_active
     ``B_ALLREDUCE``    all-reduce of b·T bytes over the TP group (engines' algorithm by size)
     ``B_ALLTOALL``     all-to-all of b·T·f bytes over the EP group (busiest rank)
+    ``B_GATHER``       all-gather of the n = x1 attention-DP ranks' tokens: b·T bytes
+                       from each of the n - 1 others (or the reduce-scatter back)
     =================  ===============================================================
 
     where pairs = causal (query, key) pairs, kv_read = KV tokens read (FlashAttention
@@ -71,7 +73,8 @@ C_FIXED = 18
 N_COLS = 19
 N_AGG = 5  # attention aggregates per row: pairs, kv_read, query tokens, score entries, requests
 # --- bases -------------------------------------------------------------------------
-B_TOKENS, B_ROWS, B_ATTN_PREFILL, B_ATTN_DECODE, B_SCORES, B_MOE, B_ALLREDUCE, B_ALLTOALL = range(8)
+(B_TOKENS, B_ROWS, B_ATTN_PREFILL, B_ATTN_DECODE, B_SCORES, B_MOE, B_ALLREDUCE, B_ALLTOALL,
+ B_GATHER) = range(9)
 # --- op families (efficiency classes) ----------------------------------------------
 F_GEMM, F_ATTN, F_ELEM, F_MOE, F_COMM = range(5)
 N_FAMILIES = 5
@@ -263,7 +266,7 @@ def _row_phase(basis, phase):
 
 
 @njit(cache=True)
-def _comm_row_time(basis, nbytes, T, prm, e_m):
+def _comm_row_time(basis, nbytes, group, T, prm, e_m):
     """Seconds of one collective row whose bytes per token are ``nbytes``.
 
     ``B_ALLREDUCE``: all-reduce of ``nbytes·T`` over the TP group (one stage, two stages,
@@ -271,9 +274,13 @@ def _comm_row_time(basis, nbytes, T, prm, e_m):
     waits for the busiest rank, which receives (dispatch) and sends back (combine) ``f``
     times a rank's mean: ``nbytes·T·f``, with ``nbytes·T`` = the step's T
     tokens (one attention-DP rank's) x top-k x h x bytes and ``f = prm[P_MOE_LOAD]``.
+    ``B_GATHER``: every rank receives the other ``group - 1`` attention-DP ranks' ``nbytes·T``
+    (MoE experts sharded over the DP ranks see every rank's tokens), whatever the routing.
     """
     if basis == B_ALLREDUCE:
         return allreduce_time(nbytes * T, prm[P_TP], prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
+    if basis == B_GATHER:  # (n-1)/n of n ranks' b·T: what an all-to-all of n·b·T moves
+        return alltoall_time(nbytes * T * group, group, prm[P_COMM_BW], prm[P_COMM_LAT], e_m)
     return alltoall_time(nbytes * T * prm[P_MOE_LOAD], prm[P_EP], prm[P_COMM_BW],
                          prm[P_COMM_LAT], e_m)
 
@@ -319,9 +326,9 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
             continue
         ph = _row_phase(basis, phase)
         corr_off = int(ops[r, C_CORR + ph])
-        if basis == B_ALLREDUCE or basis == B_ALLTOALL:
+        if basis == B_ALLREDUCE or basis == B_ALLTOALL or basis == B_GATHER:
             e_m = prm[eff_index(ph, int(ops[r, C_FAMILY]), 1)]
-            t = _comm_row_time(basis, ops[r, C_B], T, prm, e_m)
+            t = _comm_row_time(basis, ops[r, C_B], ops[r, C_X1], T, prm, e_m)
             if corr_off > 0 and t > 0.0:
                 if lT != lT:
                     lT = np.log2(T)

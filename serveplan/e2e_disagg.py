@@ -18,9 +18,9 @@ The KV cache moves from the prefill to the decode instance over serveplan's defa
 for the pair (NVLink inside a node or NVL72 rack, else the scale-out NIC; nixl in the
 generator), the handoff router's defaults (``round-robin`` decode routing, early
 assignment) stand for Dynamo's. A role with attention data parallelism runs ``dp`` ranks
-of ``batch_size`` requests each (:func:`layout_reason` says which expert layouts are
-refused), and rows that do not record the worker counts and batch sizes (the
-``2026_03_25`` / ``2026_04_06`` dumps) are refused: their deployment cannot be rebuilt.
+of ``batch_size`` requests each (experts laid out by :func:`layout_reason`), and rows that
+do not record the worker counts and batch sizes (the ``2026_03_25`` / ``2026_04_06``
+dumps) are refused: their deployment cannot be rebuilt.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ __all__ = ["DP_DISPATCH", "TRTLLM_BLOCK", "disagg_pools", "disagg_reason", "layo
 
 TRTLLM_BLOCK = 32
 """TensorRT-LLM's ``tokens_per_block`` in the generator's rule (budgets are multiples)."""
-MOE_TP_EP = ("attention DP with MoE tensor parallelism (moe_ep < tp x attention_dp) not "
-             "modelled")
+MOE_EP_SPLIT = "moe_ep does not divide the worker's tp x attention_dp GPUs"
 UNRECORDED = "disaggregated: worker counts and batch sizes not recorded"
 
 
@@ -52,13 +51,13 @@ def token_budget(engine: str, tokens: int, page: int = 1) -> int:
 
 def layout_reason(tp: int, dp: int, ep: int) -> str | None:
     """Why a worker of ``tp`` x ``dp`` (attention) ranks with ``moe_ep = ep`` cannot be
-    laid out, or None. With attention TP alone (``dp = 1``) every rank sees every token,
-    so ``ep`` groups of ``moe_tp = tp / ep`` ranks each hold their experts sharded that
-    many ways (:attr:`~serveplan.estimator.specs.Parallelism.moe_tp`). With attention DP,
-    serveplan's all-to-all moves each rank's own tokens to whole experts: ``ep`` must span
-    every GPU of the worker."""
-    if dp > 1 and ep != tp * dp:
-        return MOE_TP_EP
+    laid out, or None: ``ep`` groups of ``moe_tp = tp * dp / ep`` ranks each hold their
+    experts sharded that many ways
+    (:attr:`~serveplan.estimator.specs.Parallelism.moe_tp`); under attention DP sharded
+    experts see every rank's tokens (all-gather, reduce-scatter), whole ones get their own
+    by all-to-all."""
+    if (tp * max(dp, 1)) % max(ep, 1):  # 0: not recorded (one)
+        return MOE_EP_SPLIT
     return None
 
 

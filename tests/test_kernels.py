@@ -24,6 +24,7 @@ MODELS = [
     ("qwen3-30b-a3b", dict(tp=2)),
     ("deepseek-v2-lite", dict(tp=1)),
     ("mixtral-8x7b-v0.1", dict(tp=8, ep=8, dp=1)),
+    ("qwen3-30b-a3b", dict(tp=1, dp=4)),  # experts sharded under attention DP: gathers
     ("gemma-2-9b", dict(tp=2)),
     ("opt-13b", dict(tp=2, pp=2)),
 ]
