@@ -10,8 +10,8 @@ shipped profile's terms are fitted on all rows of an engine that has rows of two
 models (``--write-profiles``).
 
 Writes ``bench/results/accuracy_e2e.md``, ``.json`` and ``_rows.csv`` (every row's
-measured and predicted medians; ``--out NAME``: ``NAME.md`` ...).
-Usage: ``python bench/accuracy_e2e.py [--data DIR] [--rounds 20] [--jobs 2] [--write-profiles]``
+measured and predicted means; ``--out NAME``: ``NAME.md`` ...).
+Usage: ``python bench/accuracy_e2e.py [--data DIR] [--jobs 2] [--write-profiles]``
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 from serveplan.e2e import (
-    MEASURED_ROUNDS,
     expressible,
     load_rows,
     resolve_row,
@@ -79,26 +78,27 @@ def _fork_map(fn, tasks, jobs: int) -> list:
 
 
 def _predict_task(task):
-    """One simulation of :func:`predict_all`: ``(k, terms, rounds)``; ``terms`` None runs
-    the row's deployment as resolved, ``"gpu"`` without the engine runtime."""
-    k, terms, rounds = task
+    """One simulation of :func:`predict_all`: ``(k, terms)``; ``terms`` None runs the
+    row's deployment as resolved, ``"gpu"`` without the engine runtime; the row's own
+    client (:func:`serveplan.e2e.row_client`)."""
+    k, terms = task
     rows, resolved = _SHARED["rows"], _SHARED["resolved"]
     if terms == "gpu":
-        return simulate_row(rows[k], _SHARED["data"], engine=False, measured_rounds=rounds)
+        return simulate_row(rows[k], _SHARED["data"], engine=False)
     res = with_terms(resolved[k], terms) if terms is not None else resolved[k]
-    return simulate_row(rows[k], resolved=res, measured_rounds=rounds)
+    return simulate_row(rows[k], resolved=res)
 
 
-def predict_all(rows, resolved, terms=None, rounds=20, jobs=1, data=None) -> np.ndarray:
-    """Median TTFT and TPOT (ms) of every row, each distinct simulation run once (on
-    ``jobs`` processes; ``terms="gpu"``: the GPU steps alone, resolved from ``data``)."""
+def predict_all(rows, resolved, terms=None, jobs=1, data=None) -> np.ndarray:
+    """Mean TTFT and TPOT (ms) of every row, each distinct simulation run once (on ``jobs``
+    processes; ``terms="gpu"``: the GPU steps alone, resolved from ``data``)."""
     first, which = unique_runs(rows)
     _SHARED.update(rows=rows, resolved=resolved, data=data)
-    out = _fork_map(_predict_task, [(k, terms, rounds) for k in first], jobs)
+    out = _fork_map(_predict_task, [(k, terms) for k in first], jobs)
     return np.array(out, dtype=float).reshape(len(first), 2)[which]
 
 
-def lomo(rows, resolved, unfitted, layers, rounds=20, jobs=1):
+def lomo(rows, resolved, unfitted, layers, jobs=1):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, and each engine's fit on all
     its rows; engines with one model are not fitted."""
@@ -119,7 +119,7 @@ def lomo(rows, resolved, unfitted, layers, rounds=20, jobs=1):
             terms, summ = fit_rows([rows[k] for k in train], unfitted[train],
                                    [layers[k] for k in train])
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
-                                     terms, rounds, jobs)
+                                     terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
         terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx])
         full[engine] = {**summ, "fitted": True, "terms": terms}
@@ -249,7 +249,6 @@ def _command(args) -> str:
             + (" --no-fit" if args.no_fit else "")
             + (" --write-profiles" if args.write_profiles else "")
             + (" --reuse" if args.reuse else "")
-            + (f" --rounds {args.rounds}" if args.rounds != MEASURED_ROUNDS else "")
             + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
 
@@ -280,7 +279,7 @@ ROW_FIELDS = ("id", "engine", "model", "system", "mode", "isl", "osl", "concurre
 
 
 def write_rows_csv(path: Path, rows, meas, preds: dict) -> None:
-    """Every expressible row: its identity, measured and predicted medians (ms)."""
+    """Every expressible row: its identity, measured and predicted means (ms)."""
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow([*ROW_FIELDS, "ttft_ms", "tpot_ms",
@@ -305,16 +304,13 @@ def read_rows_csv(path: Path, rows, names) -> dict:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--rounds", type=int, default=MEASURED_ROUNDS,
-                    help="measured rounds per client after the 2 warm-up rounds (aiperf: 20; "
-                         "the median settles after a few)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the simulations")
     ap.add_argument("--write-profiles", action="store_true")
     ap.add_argument("--no-fit", action="store_true",
                     help="report settings (a) and (b) only: no leave-one-model-out fits")
     ap.add_argument("--reuse", action="store_true",
                     help="take settings (a) and (b) from the previous NAME_rows.csv (same "
-                         "data and rounds) and redo only the fits")
+                         "data and client) and redo only the fits")
     ap.add_argument("--out", default="accuracy_e2e",
                     help="report name in bench/results (NAME.md, NAME.json, NAME_rows.csv)")
     return ap
@@ -324,9 +320,8 @@ def _predict_settings(args, ok, resolved) -> dict:
     rows_csv = HERE / "results" / f"{args.out}_rows.csv"
     if args.reuse:
         return read_rows_csv(rows_csv, ok, ("gpu_only", "engine_unfitted"))
-    return {"gpu_only": predict_all(ok, resolved, "gpu", args.rounds, args.jobs, args.data),
-            "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.rounds,
-                                           args.jobs)}
+    return {"gpu_only": predict_all(ok, resolved, "gpu", args.jobs, args.data),
+            "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.jobs)}
 
 
 def main() -> None:
@@ -348,15 +343,14 @@ def main() -> None:
     write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)  # --reuse after a stop
     folds, full = [], {}
     if not args.no_fit:
-        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers,
-                                   args.rounds, args.jobs)
+        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers, args.jobs)
         held_out_check(ok, preds["engine_unfitted"], fitted, full)
         preds["engine_fitted_lomo"] = fitted
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
     report = {
-        "command": _command(args), "rounds": args.rounds,
+        "command": _command(args),
         "date": stamp, "seconds": round(time.time() - t0, 1),
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
         "repeat_spread": repeat_spread(ok),

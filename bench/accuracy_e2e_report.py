@@ -112,9 +112,11 @@ def write_markdown(report: dict, path: Path) -> None:
                      report["best_tp"].items())
     text = f"""# End-to-end accuracy against measured deployments
 
-Command: `{report['command']}` ({report['date']}, {report['seconds']} s; {report['rounds']}
-measured rounds of closed loop per row after 2 warm-up rounds). Data:
-`e2e/aic_silicon_blackwell` (aiperf closed loop, medians; see its SOURCE.md). Error =
+Command: `{report['command']}` ({report['date']}, {report['seconds']} s). Data:
+`e2e/aic_silicon_blackwell`: means of TTFT and TPOT of the client that measured each row
+(InferenceX's: 10 requests per client from a burst, lengths uniform on [0.8 L, L];
+`serveplan.e2e.row_client`; why this client and not its SOURCE.md's aiperf medians:
+`docs/validate.md`). Error =
 predicted / measured - 1. Settings: {'; '.join(NAMES.values())} (each model predicted by
 terms fitted on the engine's other models).
 

@@ -1,23 +1,26 @@
 """Measured end-to-end deployments: which ones serveplan can express, and their prediction.
 
-A row of ``e2e/aic_silicon_blackwell/silicon_blackwell.csv`` (its SOURCE.md) is one real
-deployment measured with aiperf in concurrency mode: ``silicon_concurrency`` clients (the
-source column; ``batch_size`` where it is missing), each sending its next request (``isl``
-tokens in, exactly ``osl`` out) when the previous one finished; ``20 x concurrency``
-measured requests after ``2 x concurrency`` warm-up requests; medians of TTFT (client side)
-and TPOT = (E2E - TTFT) / (osl - 1). The engine flags follow the generator's rules
-(``methodology/*.rule``): ``max_num_seqs = batch_size`` per worker (per attention-DP rank)
-and ``concurrency / (batch_size x dp)`` agg workers behind a round-robin router (the ranks
-of one worker behind the engine's DP dispatch, :data:`~serveplan.e2e_disagg.DP_DISPATCH`),
-a token budget of ``batch_size + isl + 1500`` (TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``,
-prefix caching off, CUDA graphs for every batch size. The served checkpoint and its
-precision come from :mod:`serveplan.e2e_served`, disaggregated rows from
-:mod:`serveplan.e2e_disagg`; the KV block of MLA models follows each engine
-(:data:`MLA_BLOCK`).
+A row of ``e2e/aic_silicon_blackwell/silicon_blackwell.csv`` is one real deployment measured
+end to end at a fixed client concurrency (``silicon_concurrency`` of the source column;
+``batch_size`` where it is missing). Its SOURCE.md describes aiperf medians over 20 rounds;
+the rows themselves say otherwise, and the client modelled here is the one they came from
+(:class:`BenchClient`, evidence in ``docs/validate.md``): InferenceX's benchmark runner, a
+fork of vLLM's ``benchmark_serving.py`` -- ``--dataset-name random --random-range-ratio 0.8
+--num-prompts 10 x C --max-concurrency C --request-rate inf --num-warmups 2 x C
+--ignore-eos`` -- whose *means* of TTFT and of per-request TPOT the columns hold.
+
+The engine flags follow the generator's rules (``methodology/*.rule``): ``max_num_seqs =
+batch_size`` per worker (per attention-DP rank) and ``concurrency / (batch_size x dp)`` agg
+workers behind a round-robin router (the ranks of one worker behind the engine's DP dispatch,
+:data:`~serveplan.e2e_disagg.DP_DISPATCH`), a token budget of ``batch_size + isl + 1500``
+(TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``, prefix
+caching off, CUDA graphs for every batch size. The served checkpoint and its precision come
+from :mod:`serveplan.e2e_served`, disaggregated rows from :mod:`serveplan.e2e_disagg`; the KV
+block of MLA models follows each engine (:data:`MLA_BLOCK`).
 
 :func:`expressible` says why a row cannot be modelled (so a report counts coverage);
-:func:`simulate_row` runs the same load on the named deployment and returns the same two
-medians.
+:func:`simulate_row` runs the same client on the named deployment and returns the same two
+means.
 """
 
 from __future__ import annotations
@@ -48,10 +51,9 @@ from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.estimator.specs import Parallelism, SpecError
 from serveplan.resolution import resolve
 from serveplan.sim.clients import CLIENT_SEND_JITTER_S
-from serveplan.sim.workload import ClosedLoop, Requests
+from serveplan.sim.workload import ClosedLoop, Requests, Uniform
 
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
-WARMUP_ROUNDS, MEASURED_ROUNDS = 2, 20
 MLA_BLOCK = {"vllm": 64, "sglang": 64, "trtllm": 32}
 """KV block (page) of an MLA model on Blackwell, by engine: vLLM's FlashMLA-style 64; SGLang
 picks ``trtllm_mla`` on SM100 for DeepSeek-V3-style models and forces ``page_size`` 64
@@ -103,6 +105,7 @@ class E2ERow:
     prefill: Role | None = None
     decode: Role | None = None
     measured: str = ""  # the measurement date (``measured=`` of the source), if recorded
+    source: str = ""  # ``silicon_data_source``: which campaign (and so which client) measured it
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -134,7 +137,8 @@ def _row(r: dict) -> E2ERow:
         moe_quant=r["moe_quant_mode"], batch_size=batch,
         prefill=_role(r, "prefill") if disagg else None,
         decode=_role(r, "decode") if disagg else None,
-        measured=measured_date(r["silicon_data_source"]))
+        measured=measured_date(r["silicon_data_source"]),
+        source=r["silicon_data_source"] or "")
 
 
 def load_rows(path: str | Path) -> list[E2ERow]:
@@ -247,15 +251,83 @@ def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
     return {"pools": [pool], **router}
 
 
-def closed_loop(row: E2ERow, rounds: int = WARMUP_ROUNDS + MEASURED_ROUNDS,
-                send_jitter_s: float = CLIENT_SEND_JITTER_S, seed: int = 0) -> Requests:
-    """The row's aiperf load: ``concurrency`` clients, ``rounds`` requests each, every send
-    after an exponential jitter of mean ``send_jitter_s`` (:data:`CLIENT_SEND_JITTER_S`)."""
-    n = rounds * row.concurrency
-    return Requests(arrival_s=np.full(n, np.nan), prompt_len=np.full(n, row.isl),
-                    output_len=np.full(n, row.osl), concurrency=row.concurrency,
-                    client_delay_s=ClosedLoop(row.concurrency, 0.0, send_jitter_s)
-                    .client_delays(n, seed))
+@dataclass(frozen=True)
+class BenchClient:
+    """The benchmark client of the measured rows: InferenceX's ``benchmark_serving.py``.
+
+    * ``--dataset-name random --random-range-ratio 0.8``: every request's input and output
+      lengths are integers uniform on ``[int(0.8 L), L]`` (``np.random.seed(0)``, the inputs
+      drawn before the outputs); random token ids, so no two prompts share a prefix;
+    * ``--num-prompts 10 x C --max-concurrency C --request-rate inf``: every request is
+      created at once behind a semaphore of ``C``, so the first ``C`` leave together and
+      each completion releases the next one at once (a closed loop of ``C`` clients);
+    * ``--num-warmups 2 x C``: the warm-up requests finish before the measured ones start,
+      so these begin with a burst on an idle engine (the warm-ups repeat one prompt and
+      prefix caching is off: nothing of theirs is left to reuse);
+    * ``--ignore-eos``: exactly the sampled output length is generated.
+
+    The statistics are means over the measured requests: TTFT, and TPOT = (E2E - TTFT) /
+    (output - 1) per request with more than one output token.
+    """
+
+    prompts_per_client: int = 10
+    range_ratio: float = 0.8
+    seed: int = 0
+
+    def lengths(self, length: int, n: int, rs: np.random.RandomState) -> np.ndarray:
+        """``n`` lengths of nominal ``length``, drawn as the client draws them."""
+        low = max(int(length * self.range_ratio), 1)
+        return rs.randint(low, length + 1, size=n).astype(np.int64)
+
+    def requests(self, row: E2ERow) -> Requests:
+        """The measured requests of ``row``: ``prompts_per_client x concurrency`` of them,
+        in send order."""
+        n = self.prompts_per_client * row.concurrency
+        rs = np.random.RandomState(self.seed)  # the client's legacy global-state draws
+        prompt, output = self.lengths(row.isl, n, rs), self.lengths(row.osl, n, rs)
+        return Requests(arrival_s=np.full(n, np.nan), prompt_len=prompt, output_len=output,
+                        concurrency=row.concurrency)
+
+    def length_laws(self, row: E2ERow) -> tuple[Uniform, Uniform]:
+        """The input and output length laws (for analytic use)."""
+        lo = lambda length: max(int(length * self.range_ratio), 1)  # noqa: E731
+        return Uniform(lo(row.isl), row.isl), Uniform(lo(row.osl), row.osl)
+
+
+BENCH_CLIENT = BenchClient()
+
+
+@dataclass(frozen=True)
+class AiperfClient:
+    """aiperf ``--concurrency C --request-count 20 x C --warmup-request-count 2 x C`` with
+    fixed lengths (``--isl``/``--osl``, stddev 0, ``ignore_eos``): the client of the
+    generator's ``bench_run.sh.j2``, which the few rows of the generator's own gap-analysis
+    campaign (their source names a Dynamo image) ran. aiperf drains the warm-up before it
+    profiles, so the measured requests start with a burst of ``C``; each client sends again
+    when its response ends, after the credit's trip back through aiperf's timing manager
+    (:data:`~serveplan.sim.clients.CLIENT_SEND_JITTER_S`, exponential). Statistics as
+    :class:`BenchClient`'s (the column holds one statistic, the mean)."""
+
+    rounds: int = 20
+    send_jitter_s: float = CLIENT_SEND_JITTER_S
+    seed: int = 0
+
+    def requests(self, row: E2ERow) -> Requests:
+        n = self.rounds * row.concurrency
+        delays = ClosedLoop(row.concurrency, 0.0, self.send_jitter_s).client_delays(n, self.seed)
+        return Requests(arrival_s=np.full(n, np.nan), prompt_len=np.full(n, row.isl),
+                        output_len=np.full(n, row.osl), concurrency=row.concurrency,
+                        client_delay_s=delays)
+
+
+AIPERF_CLIENT = AiperfClient()
+_AIPERF_SOURCE = re.compile(r"gtl_job_id|dynamo_version")
+
+
+def row_client(row: E2ERow) -> BenchClient | AiperfClient:
+    """The client that measured ``row``: aiperf for the generator's gap-analysis campaign
+    (its source records a Dynamo image), InferenceX's client for every other row."""
+    return AIPERF_CLIENT if _AIPERF_SOURCE.search(row.source) else BENCH_CLIENT
 
 
 def resolve_row(row: E2ERow, data_dir: Path, **kw):
@@ -274,22 +346,29 @@ def with_terms(resolved, terms: RuntimeTerms):
     return replace(resolved, pools=tuple(pools))
 
 
+def bench_means(load: Requests, result) -> tuple[float, float]:
+    """Mean TTFT and mean TPOT (ms) of a simulator ``result`` of the requests ``load``, as
+    the benchmark computes them: TPOT = (E2E - TTFT) / (output - 1) per request with more
+    than one output token, averaged over those requests (0 if there are none)."""
+    r = result.reqs
+    finish = result.pd.t_finish[:len(r.prompt)]  # every role's finish (a PD run's: the decode's)
+    many = load.output_len > 1
+    tpot = (finish - r.t_first)[many] / (load.output_len[many] - 1)
+    mean_tpot = float(np.mean(tpot) * 1e3) if many.any() else 0.0
+    return float(np.mean(r.t_first - r.arrival) * 1e3), mean_tpot
+
+
 def simulate_row(row: E2ERow, data_dir: Path | None = None, *, resolved=None,
-                 measured_rounds: int = MEASURED_ROUNDS,
-                 send_jitter_s: float = CLIENT_SEND_JITTER_S, **kw) -> tuple[float, float]:
-    """Median TTFT and TPOT (ms) of the row's load on its deployment, warm-up discarded."""
+                 client: BenchClient | AiperfClient | None = None, **kw) -> tuple[float, float]:
+    """Mean TTFT and mean TPOT (ms) of the row's client (default :func:`row_client`) on
+    its deployment."""
     from serveplan.simulation import _run
 
     resolved = resolved if resolved is not None else resolve_row(row, data_dir, **kw)
-    load = closed_loop(row, WARMUP_ROUNDS + measured_rounds, send_jitter_s)
-    res = _run(resolved, load, record_steps=1)
-    r = res.reqs
-    finish = res.pd.t_finish[:len(r.prompt)]  # every role's finish (a PD run's: the decode's)
-    keep = slice(WARMUP_ROUNDS * row.concurrency, None)
-    ttft = (r.t_first - r.arrival)[keep]
-    tpot = ((finish - r.t_first) / max(row.osl - 1, 1))[keep]
-    return float(np.median(ttft) * 1e3), float(np.median(tpot) * 1e3)
+    load = (client or row_client(row)).requests(row)
+    return bench_means(load, _run(resolved, load, record_steps=1))
 
 
-__all__ = ["E2ERow", "Role", "agg_workers", "closed_loop", "deployment", "expressible", "load_rows",
-           "resolve_row", "simulate_row", "with_terms"]
+__all__ = ["AIPERF_CLIENT", "BENCH_CLIENT", "AiperfClient", "BenchClient", "E2ERow", "Role",
+           "agg_workers", "bench_means", "deployment", "expressible", "load_rows",
+           "resolve_row", "row_client", "simulate_row", "with_terms"]
