@@ -80,6 +80,7 @@ class KnobDefaults(BaseModel):
     block_size: int | None = Field(None, ge=1)
     new_token_ratio: float | None = Field(None, ge=0, le=1)
     enable_mixed_chunk: bool | None = None
+    scheduler_recv_interval: int | None = Field(None, ge=1)
 
 
 class VersionEntry(BaseModel):

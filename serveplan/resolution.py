@@ -264,6 +264,7 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
         max_model_len=max_len, async_scheduling=_knob(d, "async_scheduling", rt, False),
         num_scheduler_steps=_knob(d, "num_scheduler_steps", rt, 1),
         enable_mixed_chunk=_knob(d, "enable_mixed_chunk", rt, False),
+        scheduler_recv_interval=_knob(d, "scheduler_recv_interval", rt, 1),
         new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0))
     return ResolvedDeployment(d, oracle, params, memory, rt, _cpu_tier(d, oracle, block_size),
                               spec)

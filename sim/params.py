@@ -21,6 +21,7 @@ from .state import (
     K_NEW_TOKEN_RATIO,
     K_POLICY,
     K_PREFIX,
+    K_RECV_INTERVAL,
     K_SEQ_CAP,
     K_SLOTS,
     K_WATERMARK,
@@ -40,7 +41,8 @@ class EngineParams:
     while this one runs: a request reaching the engine during step k joins step k+2 at the
     earliest, and the step's CPU work overlaps the GPU's), ``num_scheduler_steps`` (vLLM
     <= 0.6 multi-step: a decode-only batch runs that many steps per scheduling and its
-    tokens reach the client together), SGLang's ``enable_mixed_chunk`` and initial
+    tokens reach the client together), SGLang's ``enable_mixed_chunk``,
+    ``scheduler_recv_interval`` (new requests read every that many decode iterations) and initial
     ``new_token_ratio`` (its reservation of future decode tokens; 0 = none).
     """
 
@@ -57,11 +59,12 @@ class EngineParams:
     async_scheduling: bool = False
     num_scheduler_steps: int = 1
     enable_mixed_chunk: bool = False
+    scheduler_recv_interval: int = 1
     new_token_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                     "max_model_len", "num_scheduler_steps"):
+                     "max_model_len", "num_scheduler_steps", "scheduler_recv_interval"):
             value = getattr(self, name)
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -99,6 +102,7 @@ class EngineParams:
         row[K_ASYNC] = int(self.async_scheduling)
         row[K_MULTI_STEP] = self.num_scheduler_steps
         row[K_MIXED_CHUNK] = int(self.enable_mixed_chunk)
+        row[K_RECV_INTERVAL] = self.scheduler_recv_interval
         row[K_NEW_TOKEN_RATIO] = round(self.new_token_ratio * 1000)
         row[K_GROUP_SIZE] = 1
         return row

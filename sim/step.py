@@ -40,6 +40,7 @@ from .state import (
     A_BUSY_UNTIL,
     A_CUTOFF,
     A_KV_TIME,
+    A_LAST_POLL,
     A_LAST_START,
     A_PREFILL_TOKENS,
     A_TOKENS,
@@ -50,12 +51,15 @@ from .state import (
     G_STEPS,
     I_BATCH,
     I_BUSY,
+    I_LAST_EXTEND,
     I_NRUN,
+    I_RECV,
     I_STEPS,
     I_WLEN,
     K_ASYNC,
     K_COST,
     K_DP_TOKENS,
+    K_RECV_INTERVAL,
     K_ROLE,
     K_SPEC_TOKENS,
     PREEMPTED,
@@ -130,6 +134,7 @@ def price_step(w, i, now, moe_tokens):
     inst, reqs = w.inst, w.views[stage_of(w.knobs[i, K_ROLE])]
     bn = inst.ist[i, I_BATCH]
     passes, tokens, decode_tokens = batch_tokens(w, i)
+    inst.ist[i, I_LAST_EXTEND] = 1 if tokens > decode_tokens else 0
     c = w.knobs[i, K_COST]
     slot = moe_tokens_slot(w.costs, c) if moe_tokens > 0.0 and passes == 1 and tokens > 0 \
         else -1
@@ -160,6 +165,29 @@ def price_step(w, i, now, moe_tokens):
 
 
 @sim_jit_inline
+def read_requests(w, i, now):
+    """SGLang's ``--scheduler-recv-interval N`` (``scheduler_recv_skipper.py``): the
+    scheduler reads its socket before forming a batch only when a counter reaches ``N``; the
+    last batch adds 1 if it decoded, ``N`` if it held prompt tokens (a prefill or mixed
+    batch), and an idle engine spins and reads at once. Requests that arrived after the
+    last read stay unseen (``A_CUTOFF``). The batch is formed at ``min(now, A_CUTOFF)``
+    (the previous step's start under the overlap scheduler)."""
+    n = w.knobs[i, K_RECV_INTERVAL]
+    if n <= 1:
+        return
+    inst = w.inst
+    formed = min(now, inst.acc[i, A_CUTOFF])
+    if inst.ist[i, I_STEPS] == 0 or inst.acc[i, A_BUSY_UNTIL] < now:
+        inst.ist[i, I_RECV] = n  # idle
+    else:
+        inst.ist[i, I_RECV] += n if inst.ist[i, I_LAST_EXTEND] != 0 else 1
+    if inst.ist[i, I_RECV] >= n:
+        inst.ist[i, I_RECV] = 0
+        inst.acc[i, A_LAST_POLL] = formed
+    inst.acc[i, A_CUTOFF] = min(inst.acc[i, A_CUTOFF], inst.acc[i, A_LAST_POLL])
+
+
+@sim_jit_inline
 def schedule_step(w, i, now):
     """Fill instance ``i``'s batch at ``now``; returns its size.
 
@@ -172,6 +200,7 @@ def schedule_step(w, i, now):
     reqs = w.views[stage_of(w.knobs[i, K_ROLE])]
     if w.knobs[i, K_ASYNC] != 0 and inst.acc[i, A_BUSY_UNTIL] == now:
         inst.acc[i, A_CUTOFF] = inst.acc[i, A_LAST_START]
+    read_requests(w, i, now)
     bn = schedule_any(w, reqs, i, now)
     if bn == 0 and inst.acc[i, A_CUTOFF] < now:
         inst.acc[i, A_CUTOFF] = np.inf

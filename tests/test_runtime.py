@@ -149,3 +149,25 @@ def test_runtime_terms_reject_negative_values():
         StepRuntime(cpu_base_s=-1.0)
     with pytest.raises(ValueError, match="output_s"):
         FrontEnd(output_s=float("nan"))
+
+
+def test_recv_interval_hides_arrivals_until_the_nth_decode_iteration():
+    """SGLang ``--scheduler-recv-interval 4``: before each batch a counter grows by 1 after
+    a decode batch and by 4 after a prefill; the socket is read when it reaches 4.
+    A arrives at 0 on an idle engine (read at once): prefill [0, 10]; the read at 10
+    (after a prefill) sees nothing new; decodes [10, 20], [20, 30], [30, 40], [40, 50]
+    count 1, 2, 3, 4: B, which arrived at 15, is first read at 50 and prefilled in
+    [50, 60]: TTFT 45 ms. Reading every iteration, B joins the batch formed at 20: 15 ms."""
+    args = ([0.0, 0.015], [16, 16], [50, 2])
+    every = _run(*args)
+    skip = _run(*args, scheduler_recv_interval=4)
+    assert (every.t_first - every.arrival)[1] == pytest.approx(0.015)
+    assert (skip.t_first - skip.arrival)[1] == pytest.approx(0.045)
+    assert skip.t_first[0] == pytest.approx(0.010)  # A unaffected
+
+
+def test_an_idle_engine_reads_new_requests_at_once():
+    """A (2 tokens) ends at 20 ms; B arrives at 25 on an idle engine, which spins and
+    reads its socket: B's prefill is [25, 35] whatever the interval."""
+    res = _run([0.0, 0.025], [16, 16], [2, 2], scheduler_recv_interval=30)
+    assert (res.t_first - res.arrival).tolist() == pytest.approx([0.010, 0.010])
