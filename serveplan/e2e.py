@@ -43,6 +43,7 @@ from serveplan.e2e_disagg import (
     moe_fields,
     token_budget,
 )
+from serveplan.e2e_recipes import recipe_knobs
 from serveplan.e2e_served import is_mla, served
 from serveplan.e2e_versions import engine_version, measured_date
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
@@ -235,18 +236,31 @@ def _agg_budget(row: E2ERow, seqs: int, base: dict) -> int:
     return token_budget(row.engine, tokens, base.get("block_size", DEFAULT_BLOCK))
 
 
+_RUNTIME_KNOBS = ("async_scheduling", "scheduler_recv_interval", "enable_mixed_chunk")
+
+
+def _engine_flags(row: E2ERow, base: dict, engine: bool) -> dict:
+    """An agg worker's engine flags: its InferenceX recipe (:mod:`serveplan.e2e_recipes`)
+    for the rows InferenceX's client measured, else the generator's rule (module
+    docstring); the runtime's own knobs only with the engine runtime."""
+    knobs = recipe_knobs(row) if row_client(row) is BENCH_CLIENT else None
+    if knobs is None:
+        seqs = row.batch_size or row.concurrency
+        knobs = {"max_num_seqs": seqs, "max_num_batched_tokens": _agg_budget(row, seqs, base)}
+        if row.engine == "sglang":
+            knobs["enable_mixed_chunk"] = True  # the rule's ``agg enable_mixed_chunk = true``
+    return {k: v for k, v in knobs.items() if engine or k not in _RUNTIME_KNOBS}
+
+
 def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
                runtime_profile: str | None = None) -> dict:
-    """The row's deployment as a pools config, with the generator's engine flags."""
+    """The row's deployment as a pools config, with the engine flags it ran
+    (:func:`_engine_flags`)."""
     base = _pool(row, data_dir, engine=engine, runtime_profile=runtime_profile)
     if row.mode != "agg":
         return disagg_pools(row, base)
-    seqs = row.batch_size or row.concurrency
     pool = {**base, "role": "colocated", "tp": row.tp, "pp": row.pp, "count": agg_workers(row),
-            "max_num_seqs": seqs, "max_num_batched_tokens": _agg_budget(row, seqs, base),
-            **moe_fields(row.tp, row.dp, row.ep)}
-    if row.engine == "sglang" and engine:
-        pool["enable_mixed_chunk"] = True  # the rule's ``agg enable_mixed_chunk = true``
+            **_engine_flags(row, base, engine), **moe_fields(row.tp, row.dp, row.ep)}
     router = {"router": DP_DISPATCH[row.engine]} if row.dp > 1 else {}
     return {"pools": [pool], **router}
 

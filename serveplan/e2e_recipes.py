@@ -1,0 +1,185 @@
+"""The engine flags of InferenceX's single-node recipes, for the measured rows they ran.
+
+The rows of InferenceX's exports (:func:`serveplan.e2e.row_client`) were served by
+InferenceX's launch scripts (``benchmarks/single_node/fixed_seq_len/<model>_<precision>_
+<gpu>[_trt].sh``, read at commit ``8eec0d4``), not by the generator rules in the data's
+``methodology/`` folder. What those scripts pass, by engine, model family, precision and GPU,
+under serveplan's knob names (``max_num_seqs`` is SGLang's ``--max-running-requests`` and
+TensorRT-LLM's ``max_batch_size``; ``max_num_batched_tokens`` SGLang's
+``--chunked-prefill-size`` and TensorRT-LLM's ``max_num_tokens``; ``gpu_memory_utilization``
+SGLang's ``--mem-fraction-static`` and TensorRT-LLM's ``free_gpu_memory_fraction``). A flag a
+script does not pass keeps the engine's default (:mod:`serveplan.estimator.runtime`). Every
+recipe turns prefix caching off (``--no-enable-prefix-caching``, ``--disable-radix-cache``,
+``enable_block_reuse: false``) and none enables SGLang's mixed chunks or TensorRT-LLM's
+chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``.
+
+Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
+2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
+rows the old ``70b_*_slurm.sh`` flags; not modelled: the SGLang / TensorRT-LLM CUDA-graph
+batch limits, TensorRT-LLM's ``batch_wait_timeout_iters``, and speculative decoding (the MTP
+variants are separate scripts, and the rows do not say which ran). Rows on GB200 / GB300
+(multi-node launches) have no recipe here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Recipe", "RECIPES", "model_family", "recipe_for"]
+
+MAX_MODEL_LEN_PAD = 256  # the sweep generator's max_model_len = isl + osl + 256
+
+_FAMILIES = (("deepseek-r1", "dsr1"), ("deepseek-v3", "dsr1"), ("kimi-k2.5", "kimik2.5"),
+             ("minimax-m2.5", "minimaxm2.5"), ("qwen3.5-397b", "qwen3.5"),
+             ("gpt-oss-120b", "gptoss"), ("glm-5", "glm5"), ("llama-3.1-70b", "70b"),
+             ("llama-3.3-70b", "70b"))
+
+
+def model_family(model: str) -> str | None:
+    """InferenceX's model prefix for an HF id (None: no single-node recipe)."""
+    name = model.lower().split("/")[-1]
+    return next((fam for key, fam in _FAMILIES if name.startswith(key)), None)
+
+
+Knobs = Callable[[object], dict]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One launch script: which rows it served and the knobs it sets (a function of the
+    row, since some flags follow TP, the concurrency or the sequence lengths)."""
+
+    engine: str
+    family: str
+    precisions: tuple[str, ...]
+    gpus: tuple[str, ...]
+    script: str
+    knobs: Knobs
+
+
+def _recv(high: int, low: int, at: int = 16) -> Callable[[object], int]:
+    """SGLang ``--scheduler-recv-interval``: ``high`` from ``at`` clients on, else ``low``."""
+    return lambda r: high if r.concurrency >= at else low
+
+
+def _c64(x: int) -> int:
+    return -(-x // 64) * 64
+
+
+def _trt_tokens(r) -> int:
+    """``max(8192, roundup64(CONC + ISL + 64))``, the DeepSeek TensorRT-LLM scripts' budget."""
+    return max(8192, _c64(r.concurrency + r.isl + 64))
+
+
+def _dsr1_fp8_sglang(r) -> dict:
+    if r.tp >= 8:  # TP8: 128 running, 32k chunks, 0.82; recv 30 from 16 clients, else 10
+        return dict(max_num_seqs=128, max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
+                    scheduler_recv_interval=_recv(30, 10)(r))
+    return dict(max_num_seqs=32, max_num_batched_tokens=8192, gpu_memory_utilization=0.95,
+                scheduler_recv_interval=10)
+
+
+def _dsr1_fp4_sglang(r) -> dict:
+    dpa = r.dp > 1
+    return dict(max_num_seqs=256, max_num_batched_tokens=32768 if dpa else 16384,
+                gpu_memory_utilization=0.85,
+                scheduler_recv_interval=1 if dpa else _recv(30, 10)(r))
+
+
+_F = "benchmarks/single_node/fixed_seq_len/"
+_B, _BB = ("b200",), ("b200", "b300")
+RECIPES: tuple[Recipe, ...] = (
+    # ---- vLLM
+    Recipe("vllm", "gptoss", ("fp4",), ("b200", "b300"), _F + "gptoss_fp4_b200.sh",
+           lambda r: dict(max_num_seqs=512, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.9)),
+    Recipe("vllm", "gptoss", ("fp4",), ("h100", "h200"), _F + "gptoss_fp4_h200.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.9)),
+    Recipe("vllm", "kimik2.5", ("int4",), ("b200", "b300", "h200"), _F + "kimik2.5_int4_b200.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, gpu_memory_utilization=0.95)),
+    Recipe("vllm", "kimik2.5", ("fp4",), _BB, _F + "kimik2.5_fp4_b200.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=2 * r.isl,
+                          gpu_memory_utilization=0.9)),
+    Recipe("vllm", "minimaxm2.5", ("fp8",), _BB, _F + "minimaxm2.5_fp8_b200.sh",
+           lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9,
+                          block_size=32)),
+    Recipe("vllm", "minimaxm2.5", ("fp4",), _BB, _F + "minimaxm2.5_fp4_b200.sh",
+           lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9)),
+    Recipe("vllm", "minimaxm2.5", ("fp8",), ("h100",), _F + "minimaxm2.5_fp8_h100.sh",
+           lambda r: dict(max_num_seqs=256, gpu_memory_utilization=0.9)),
+    Recipe("vllm", "minimaxm2.5", ("fp8",), ("h200",), _F + "minimaxm2.5_fp8_h200.sh",
+           lambda r: dict(gpu_memory_utilization=0.95)),
+    Recipe("vllm", "70b", ("fp8", "fp4", "bf16", ""), ("h100", "h200", "b200", "b300"),
+           "benchmarks/70b_fp8_h200_slurm.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.9, async_scheduling=True)),
+    # ---- SGLang
+    Recipe("sglang", "dsr1", ("fp4",), _BB, _F + "dsr1_fp4_b200.sh", _dsr1_fp4_sglang),
+    Recipe("sglang", "dsr1", ("fp8",), _BB, _F + "dsr1_fp8_b200.sh", _dsr1_fp8_sglang),
+    Recipe("sglang", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200.sh",
+           lambda r: dict(max_num_seqs=512 if r.isl == r.osl == 1024 else 256,
+                          max_num_batched_tokens=32768, gpu_memory_utilization=0.82)),
+    Recipe("sglang", "glm5", ("fp4",), _BB, _F + "glm5_fp4_b200.sh",
+           lambda r: dict(max_num_batched_tokens=32768, gpu_memory_utilization=0.9,
+                          scheduler_recv_interval=10)),
+    Recipe("sglang", "glm5", ("fp8",), _BB, _F + "glm5_fp8_b200.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=32768,
+                          gpu_memory_utilization=0.85)),
+    Recipe("sglang", "glm5", ("fp8",), ("h200",), _F + "glm5_fp8_h200.sh",
+           lambda r: dict(gpu_memory_utilization=0.85)),
+    Recipe("sglang", "qwen3.5", ("bf16", ""), _BB, _F + "qwen3.5_bf16_b200.sh",
+           lambda r: dict(max_num_seqs=128, max_num_batched_tokens=32768,
+                          gpu_memory_utilization=0.82, scheduler_recv_interval=_recv(30, 10)(r))),
+    Recipe("sglang", "qwen3.5", ("fp8",), _B, _F + "qwen3.5_fp8_b200.sh",
+           lambda r: dict(max_num_batched_tokens=8192, gpu_memory_utilization=0.8,
+                          scheduler_recv_interval=_recv(30, 10, 5)(r))),
+    Recipe("sglang", "qwen3.5", ("fp4",), _B, _F + "qwen3.5_fp4_b200.sh",
+           lambda r: dict(max_num_batched_tokens=16384, gpu_memory_utilization=0.8,
+                          scheduler_recv_interval=_recv(30, 10, 5)(r))),
+    Recipe("sglang", "qwen3.5", ("fp8",), ("b300",), _F + "qwen3.5_fp8_b300.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=16384,
+                          gpu_memory_utilization=0.8, scheduler_recv_interval=10)),
+    Recipe("sglang", "qwen3.5", ("fp4",), ("b300",), _F + "qwen3.5_fp4_b300.sh",
+           lambda r: dict(max_num_seqs=128, max_num_batched_tokens=32768,
+                          gpu_memory_utilization=0.8, scheduler_recv_interval=_recv(30, 10)(r))),
+    Recipe("sglang", "qwen3.5", ("fp8",), ("h200",), _F + "qwen3.5_fp8_h200.sh",
+           lambda r: dict(max_num_seqs=128, max_num_batched_tokens=16384,
+                          gpu_memory_utilization=0.8)),
+    # ---- TensorRT-LLM (PyTorch backend)
+    Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh",
+           lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=(
+               0.75 if r.precision == "fp8" and r.isl == 8192 and r.tp == 4 else 0.8))),
+    Recipe("trtllm", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200_trt.sh",
+           lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=0.75)),
+    Recipe("trtllm", "gptoss", ("fp4",), _BB, "benchmarks/gptoss_fp4_b200_trt.sh",
+           lambda r: dict(max_num_seqs=512, max_num_batched_tokens=20000,
+                          gpu_memory_utilization=0.85)),
+    Recipe("trtllm", "gptoss", ("fp4",), ("h100", "h200"), _F + "gptoss_fp4_h200_trt.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=20000,
+                          gpu_memory_utilization=0.85)),
+    Recipe("trtllm", "70b", ("fp8", "fp4", "bf16", ""), ("h100", "h200", "b200", "b300"),
+           "benchmarks/70b_fp4_b200_trt_slurm.sh",
+           lambda r: dict(max_num_batched_tokens=r.isl + r.osl + MAX_MODEL_LEN_PAD)),
+)
+
+
+def recipe_for(row) -> Recipe | None:
+    """The launch script that served ``row`` (an agg row of InferenceX's exports), or None."""
+    family, gpu = model_family(row.model), row.system.removesuffix("_sxm")
+    return next((rc for rc in RECIPES if rc.engine == row.engine and rc.family == family
+                 and row.precision in rc.precisions and gpu in rc.gpus), None)
+
+
+def recipe_knobs(row) -> dict | None:
+    """The pool fields of ``row``'s recipe (None: no recipe): its flags, prefix caching off,
+    no mixed chunks, ``max_model_len = isl + osl + 256``."""
+    rc = recipe_for(row)
+    if rc is None:
+        return None
+    knobs = {"enable_prefix_caching": False, "max_model_len": row.isl + row.osl + MAX_MODEL_LEN_PAD,
+             **rc.knobs(row)}
+    if row.engine == "sglang":
+        knobs["enable_mixed_chunk"] = False
+    return knobs

@@ -1,0 +1,107 @@
+"""The engine flags of the rows InferenceX's recipes served, read off its launch scripts
+(``benchmarks/single_node/fixed_seq_len/*.sh``), and the generator rule for the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serveplan.e2e import E2ERow, deployment
+from serveplan.e2e_recipes import model_family, recipe_for, recipe_knobs
+from serveplan.resolution import resolve
+
+
+def _row(**kw) -> E2ERow:
+    base = dict(id="x", engine="vllm", version="0.19.0", model="MiniMaxAI/MiniMax-M2.5",
+                system="b200_sxm", precision="fp8", mode="agg", isl=8192, osl=1024,
+                concurrency=64, tp=4, pp=1, dp=1, ep=1, ttft_ms=1.0, tpot_ms=1.0,
+                gemm_quant="fp8_block", moe_quant="fp8_block", batch_size=64,
+                source="db-dump/2026-04-27; config_id=733")
+    return E2ERow(**{**base, **kw})
+
+
+def test_families_by_hf_id():
+    assert model_family("deepseek-ai/DeepSeek-R1") == "dsr1"
+    assert model_family("nvidia/DeepSeek-V3.1-NVFP4") == "dsr1"
+    assert model_family("moonshotai/Kimi-K2.5") == "kimik2.5"
+    assert model_family("openai/gpt-oss-120b") == "gptoss"
+    assert model_family("Qwen/Qwen3-32B") is None
+
+
+def test_minimax_fp8_vllm_script():
+    """minimaxm2.5_fp8_b200.sh: --max-num-batched-tokens $((ISL * 2)),
+    --gpu-memory-utilization 0.90, --block-size=32, --no-enable-prefix-caching, no
+    --max-num-seqs; max_model_len from the sweep, ISL + OSL + 256."""
+    assert recipe_knobs(_row()) == {
+        "enable_prefix_caching": False, "max_model_len": 8192 + 1024 + 256,
+        "max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.9, "block_size": 32}
+
+
+@pytest.mark.parametrize("tp,conc,want", [
+    (4, 64, dict(max_num_seqs=32, max_num_batched_tokens=8192, gpu_memory_utilization=0.95,
+                 scheduler_recv_interval=10)),
+    (8, 8, dict(max_num_seqs=128, max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
+                scheduler_recv_interval=10)),
+    (8, 16, dict(max_num_seqs=128, max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
+                 scheduler_recv_interval=30)),
+])
+def test_deepseek_fp8_sglang_script_follows_tp_and_concurrency(tp, conc, want):
+    """dsr1_fp8_b200.sh: TP8 -> 128 running, 32k chunks, mem 0.82, recv interval 30 from 16
+    clients (10 below); TP4 -> 32, 8k, 0.95, recv 10. No mixed chunks."""
+    row = _row(engine="sglang", model="deepseek-ai/DeepSeek-R1", tp=tp, concurrency=conc)
+    knobs = recipe_knobs(row)
+    assert {k: knobs[k] for k in want} == want
+    assert knobs["enable_mixed_chunk"] is False
+
+
+def test_deepseek_trtllm_budget():
+    """dsr1_fp8_b200_trt.sh: max_num_tokens = max(8192, roundup64(CONC + ISL + 64)):
+    64 + 8192 + 64 = 8320 (a multiple of 64); 4 + 1024 + 64 = 1092 -> 8192. KV fraction
+    0.75 for fp8 8k/1k at TP4, else 0.8."""
+    row = _row(engine="trtllm", model="deepseek-ai/DeepSeek-R1")
+    assert recipe_knobs(row)["max_num_batched_tokens"] == 8320
+    assert recipe_knobs(row)["gpu_memory_utilization"] == 0.75
+    small = _row(engine="trtllm", model="deepseek-ai/DeepSeek-R1", isl=1024, concurrency=4)
+    assert recipe_knobs(small)["max_num_batched_tokens"] == 8192
+    assert recipe_knobs(small)["gpu_memory_utilization"] == 0.8
+
+
+def test_rows_without_a_recipe():
+    assert recipe_for(_row(system="gb200")) is None  # multi-node launches
+    assert recipe_for(_row(engine="trtllm", model="Qwen/Qwen3-32B")) is None
+
+
+@pytest.fixture(scope="module")
+def aic(blackwell_e2e) -> Path:
+    return blackwell_e2e
+
+
+def test_deployment_takes_the_recipe_or_the_generator_rule(aic):
+    """An InferenceX row runs its recipe; a gap-analysis row (aiperf, a Dynamo image) and a
+    row without a recipe run the generator's rule: max_num_seqs = batch_size, budget
+    batch_size + isl + 1500."""
+    pool = deployment(_row(), aic)["pools"][0]
+    assert pool["max_num_batched_tokens"] == 16384 and "max_num_seqs" not in pool
+    assert pool["block_size"] == 32 and pool["max_model_len"] == 9472
+    gap = _row(source="source_file=/x.csv; gtl_job_id=1; dynamo_version=0.9.0")
+    rule = deployment(gap, aic)["pools"][0]
+    assert rule["max_num_seqs"] == 64 and rule["max_num_batched_tokens"] == 64 + 8192 + 1500
+
+
+def test_gpu_steps_alone_leave_the_runtime_knobs_out(aic):
+    row = _row(engine="sglang", model="deepseek-ai/DeepSeek-R1", tp=8, precision="fp8")
+    assert deployment(row, aic)["pools"][0]["scheduler_recv_interval"] == 30  # 64 clients
+    bare = deployment(row, aic, engine=False)["pools"][0]
+    assert "scheduler_recv_interval" not in bare and "enable_mixed_chunk" not in bare
+
+
+def test_sglang_chunk_default_follows_gpu_memory():
+    """server_args.py: chunked_prefill_size 8192 below 160 GiB (H200, 141 GB), 16384 from
+    160 GiB (B200, 180 GB)."""
+    def chunk(gpu):
+        dep = {"pools": [{"role": "colocated", "model": "llama-3.1-8b", "gpu": gpu,
+                          "engine": "sglang"}]}
+        return resolve(dep).pools[0].instance.params.max_num_batched_tokens
+    assert chunk("h200") == 8192
+    assert chunk("b200") == 16384
