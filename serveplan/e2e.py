@@ -43,7 +43,7 @@ from serveplan.e2e_disagg import (
     moe_fields,
     token_budget,
 )
-from serveplan.e2e_recipes import recipe_knobs
+from serveplan.e2e_recipes import layout, recipe_knobs
 from serveplan.e2e_served import is_mla, served
 from serveplan.e2e_versions import engine_version, measured_date
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
@@ -249,7 +249,11 @@ def _engine_flags(row: E2ERow, base: dict, engine: bool) -> dict:
         knobs = {"max_num_seqs": seqs, "max_num_batched_tokens": _agg_budget(row, seqs, base)}
         if row.engine == "sglang":
             knobs["enable_mixed_chunk"] = True  # the rule's ``agg enable_mixed_chunk = true``
-    return {k: v for k, v in knobs.items() if engine or k not in _RUNTIME_KNOBS}
+    if engine:
+        return knobs
+    # without the engine the memory rule is vLLM's: another engine's fraction means otherwise
+    drop = _RUNTIME_KNOBS + (() if row.engine == "vllm" else ("gpu_memory_utilization",))
+    return {k: v for k, v in knobs.items() if k not in drop}
 
 
 def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
@@ -259,8 +263,9 @@ def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
     base = _pool(row, data_dir, engine=engine, runtime_profile=runtime_profile)
     if row.mode != "agg":
         return disagg_pools(row, base)
-    pool = {**base, "role": "colocated", "tp": row.tp, "pp": row.pp, "count": agg_workers(row),
-            **_engine_flags(row, base, engine), **moe_fields(row.tp, row.dp, row.ep)}
+    tp, dp, ep = layout(row) if row_client(row) is BENCH_CLIENT else (row.tp, row.dp, row.ep)
+    pool = {**base, "role": "colocated", "tp": tp, "pp": row.pp, "count": agg_workers(row),
+            **_engine_flags(row, base, engine), **moe_fields(tp, dp, ep)}
     router = {"router": DP_DISPATCH[row.engine]} if row.dp > 1 else {}
     return {"pools": [pool], **router}
 

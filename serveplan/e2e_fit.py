@@ -1,13 +1,14 @@
 """Runtime terms fitted to the measured end-to-end rows, in closed form to first order.
 
-A row simulated without runtime terms predicts medians ``(TTFT0, TPOT0)`` (ms). The terms
-:data:`~serveplan.estimator.runtime_fit.FIT_TERMS` move a closed-loop row's client
-medians, to first order, by (per second of the term):
+A row simulated without runtime terms predicts the client's means ``(TTFT0, TPOT0)`` (ms).
+The terms :data:`~serveplan.estimator.runtime_fit.FIT_TERMS` move them, to first order, by
+(per second of the term):
 
 * ``frontend_output_s`` -- TTFT by 1 (a latency on every token: the first and the last
   are both late, so TPOT does not move);
-* ``frontend_prompt_token_s`` -- TTFT by ``isl`` (the tokenizer before the engine sees the
-  request; no queueing: a closed loop's sends are spread over its cycle);
+* ``frontend_prompt_token_s`` -- TTFT by the client's mean prompt length (the tokenizer
+  before the engine sees the request; no queueing: a closed loop's sends are spread over
+  its cycle);
 * ``frontend_output_per_token_s`` -- TTFT by the tokens of the first token's step: an
   agg instance's running batch (its share of the clients, at most ``max_batch_size``), a
   disaggregated row's prefill batch;
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from serveplan.e2e import E2ERow, agg_workers
+from serveplan.e2e import BENCH_CLIENT, E2ERow, agg_workers, row_client
 from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.estimator.runtime_fit import (
     FIT_TERMS,
@@ -46,6 +47,12 @@ def _first_token_batch(row: E2ERow) -> float:
     return float(min(seqs, row.concurrency / (agg_workers(row) * dp)))
 
 
+def _mean_prompt(row: E2ERow) -> float:
+    """The mean prompt length of the row's client (InferenceX's: uniform on [0.8 L, L])."""
+    client = row_client(row)
+    return client.length_laws(row)[0].mean if client is BENCH_CLIENT else float(row.isl)
+
+
 def _tp_first(row: E2ERow) -> tuple[int, int]:
     """Tensor-parallel sizes of the instance producing the first token and the decoder."""
     if row.mode == "agg":
@@ -61,7 +68,7 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
     steps = ttft0 / tpot0 if tpot0 > 0 else 0.0
     slope = {
         "frontend_output_s": (1.0, 0.0),
-        "frontend_prompt_token_s": (float(row.isl), 0.0),
+        "frontend_prompt_token_s": (_mean_prompt(row), 0.0),
         "frontend_output_per_token_s": (_first_token_batch(row), 0.0),
         "tp_sync_per_layer_s": (layers * steps * (tp_first > 1), layers * (tp_decode > 1)),
     }

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Recipe", "RECIPES", "model_family", "recipe_for"]
+__all__ = ["RECIPES", "Recipe", "layout", "model_family", "recipe_for", "recipe_knobs"]
 
 MAX_MODEL_LEN_PAD = 256  # the sweep generator's max_model_len = isl + osl + 256
 
@@ -183,3 +183,17 @@ def recipe_knobs(row) -> dict | None:
     if row.engine == "sglang":
         knobs["enable_mixed_chunk"] = False
     return knobs
+
+
+def layout(row) -> tuple[int, int, int]:
+    """``(tp, dp, ep)`` of the worker that served ``row``. InferenceX counts a DP-attention
+    worker's GPUs in ``tp`` (``tp: 4, dp-attn: true`` is ``vllm serve -tp 1 -dp 4
+    --enable-expert-parallel``: four GPUs); its exports record such a worker as ``tp`` 4,
+    ``attention_dp`` 4, ``moe_ep`` 16 -- sixteen GPUs, more than the node has for 4 x 4 on a
+    B200. A row with a recipe, ``dp > 1`` and ``moe_ep = tp x dp`` is therefore ``dp`` ranks
+    of ``tp / dp`` GPUs with the experts over all ``tp``; any other row as recorded."""
+    tp, dp, ep = row.tp, max(row.dp, 1), row.ep
+    if dp > 1 and ep == tp * dp and tp % dp == 0 and recipe_for(row) is not None:
+        return tp // dp, dp, tp
+    return tp, dp, ep
+

@@ -19,6 +19,8 @@ from serveplan.pools_config import InstanceConfig
 from serveplan.quant_source import load_quantization
 
 MIB = 2**20
+GAP = "source_file=/x.csv; gtl_job_id=1; dynamo_version=0.9.0"
+"""A row of the generator's own gap analysis: it ran the generator's rule (not a recipe)."""
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +155,8 @@ def test_newly_expressible_rows(aic, kw):
 def test_mla_kv_block_follows_the_engine(aic):
     """vLLM 64, SGLang 64 (trtllm_mla on SM100 forces page_size 64), TensorRT-LLM 32; SGLang
     truncates its chunk to whole pages: 16 + 1024 + 1500 = 2540 -> 39 * 64 = 2496."""
-    blocks = {e: deployment(_row(engine=e), aic)["pools"][0] for e in ("vllm", "sglang",
-                                                                        "trtllm")}
+    blocks = {e: deployment(_row(engine=e, source=GAP), aic)["pools"][0]
+              for e in ("vllm", "sglang", "trtllm")}
     assert {e: p["block_size"] for e, p in blocks.items()} == {"vllm": 64, "sglang": 64,
                                                                "trtllm": 32}
     assert blocks["sglang"]["max_num_batched_tokens"] == 2496
@@ -175,7 +177,7 @@ def test_attention_dp_rows_are_one_worker_of_dp_ranks(aic):
     MiniMax-M2.5, tp 2 x dp 2, ep 4: batch 64 and 128 clients in the CSV): one worker of two
     ranks, each with max_num_seqs 64, behind vLLM's DP balancer (4 x waiting + running)."""
     row = _row(engine="vllm", model="MiniMaxAI/MiniMax-M2.5", precision="fp8", tp=2, dp=2,
-               ep=4, concurrency=128, batch_size=64)
+               ep=4, concurrency=128, batch_size=64, source=GAP)
     assert expressible(row, aic) is None
     config = deployment(row, aic)
     pool = config["pools"][0]

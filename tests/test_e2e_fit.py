@@ -23,10 +23,10 @@ def _row(**kw) -> E2ERow:
 def test_slopes_of_an_agg_row_by_hand():
     """64 clients on max_batch_size 16: 4 workers, 16 running each, so the first token's
     step holds 16 tokens. TTFT0 / TPOT0 = 100 / 10 = 10 steps of 80 layers at tp 4.
-    ms per s: latency 1e3; prompt 1024e3; per token 16e3; sync TTFT 80 x 10 x 1e3 = 8e5,
-    TPOT 80e3."""
+    ms per s: latency 1e3; prompt: the client's mean prompt, (819 + 1024) / 2 = 921.5 ->
+    921.5e3; per token 16e3; sync TTFT 80 x 10 x 1e3 = 8e5, TPOT 80e3."""
     s = row_slopes(_row(), (100.0, 10.0), 80, NAMES)
-    assert s[0] == pytest.approx([1e3, 1024e3, 16e3, 8e5])
+    assert s[0] == pytest.approx([1e3, 921.5e3, 16e3, 8e5])
     assert s[1] == pytest.approx([0.0, 0.0, 0.0, 8e4])
     tp1 = row_slopes(_row(tp=1), (100.0, 10.0), 80, NAMES)
     assert tp1[:, 3] == pytest.approx([0.0, 0.0])  # no sync on one GPU
@@ -37,7 +37,7 @@ def test_slopes_of_a_disaggregated_row_follow_each_role():
     decoder (tp 8) pays the sync every step."""
     row = _row(mode="disagg", prefill=Role(2, 1, 1, 1, 1, 1), decode=Role(1, 64, 8, 1, 1, 1))
     s = row_slopes(row, (200.0, 20.0), 61, NAMES)
-    assert s[0] == pytest.approx([1e3, 1024e3, 1e3, 0.0])
+    assert s[0] == pytest.approx([1e3, 921.5e3, 1e3, 0.0])
     assert s[1] == pytest.approx([0.0, 0.0, 0.0, 61e3])
 
 

@@ -105,3 +105,19 @@ def test_sglang_chunk_default_follows_gpu_memory():
         return resolve(dep).pools[0].instance.params.max_num_batched_tokens
     assert chunk("h200") == 8192
     assert chunk("b200") == 16384
+
+
+def test_dp_attention_workers_count_their_gpus_in_tp():
+    """minimaxm2.5_fp4_b200.sh launches ``tp: 4, dp-attn: true`` as ``-tp 1 -dp 4
+    --enable-expert-parallel`` (4 GPUs); the export records tp 4, attention_dp 4, moe_ep 16
+    (16 GPUs, two B200 nodes). With a recipe and moe_ep = tp x dp the worker is 4 ranks of
+    1 GPU with the experts over 4; rows without a recipe stay as recorded."""
+    from serveplan.e2e_recipes import layout
+
+    row = _row(precision="fp4", tp=4, dp=4, ep=16, concurrency=16, batch_size=4)
+    assert layout(row) == (1, 4, 4)
+    assert layout(_row(precision="fp4", tp=2, dp=2, ep=4)) == (1, 2, 2)
+    assert layout(_row(precision="fp4", tp=4, dp=1, ep=4)) == (4, 1, 4)  # no DP: as recorded
+    trt = _row(engine="trtllm", model="deepseek-ai/DeepSeek-R1", tp=1, dp=8, ep=8)
+    assert layout(trt) == (1, 8, 8)  # already one GPU per rank
+    assert layout(_row(system="gb200", tp=4, dp=4, ep=16)) == (4, 4, 16)  # no recipe

@@ -68,9 +68,11 @@ def test_a_term_the_runs_cannot_identify_is_not_fitted():
 
 
 def _row(**kw) -> E2ERow:
+    """A row of the generator's gap analysis (a Dynamo image): it ran the generator's rule."""
     base = dict(id="x", engine="trtllm", version="1.2.0rc6", model="meta-llama/Llama-3.1-70B",
                 system="b200_sxm", precision="fp8", mode="agg", isl=8192, osl=1024,
-                concurrency=64, tp=4, pp=1, dp=1, ep=1, ttft_ms=1.0, tpot_ms=1.0)
+                concurrency=64, tp=4, pp=1, dp=1, ep=1, ttft_ms=1.0, tpot_ms=1.0,
+                source="source_file=/x.csv; gtl_job_id=1; dynamo_version=0.9.0")
     return E2ERow(**{**base, **kw})
 
 
