@@ -9,14 +9,17 @@ fork of vLLM's ``benchmark_serving.py`` -- ``--dataset-name random --random-rang
 --num-prompts 10 x C --max-concurrency C --request-rate inf --num-warmups 2 x C
 --ignore-eos`` -- whose *means* of TTFT and of per-request TPOT the columns hold.
 
-The engine flags follow the generator's rules (``methodology/*.rule``): ``max_num_seqs =
+The engine flags are those the row ran: InferenceX's launch scripts for its rows
+(:mod:`serveplan.e2e_recipes`, which also reads a DP-attention worker's GPUs as InferenceX
+counts them), else the generator's rules (``methodology/*.rule``): ``max_num_seqs =
 batch_size`` per worker (per attention-DP rank) and ``concurrency / (batch_size x dp)`` agg
-workers behind a round-robin router (the ranks of one worker behind the engine's DP dispatch,
-:data:`~serveplan.e2e_disagg.DP_DISPATCH`), a token budget of ``batch_size + isl + 1500``
-(TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``, prefix
-caching off, CUDA graphs for every batch size. The served checkpoint and its precision come
-from :mod:`serveplan.e2e_served`, disaggregated rows from :mod:`serveplan.e2e_disagg`; the KV
-block of MLA models follows each engine (:data:`MLA_BLOCK`).
+workers behind a round-robin router (the ranks of one worker behind the engine's DP
+dispatch, :data:`~serveplan.e2e_disagg.DP_DISPATCH`), a token budget of ``batch_size + isl +
+1500`` (TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``,
+prefix caching off, CUDA graphs for every batch size. The served checkpoint and its
+precision come from :mod:`serveplan.e2e_served`, disaggregated rows from
+:mod:`serveplan.e2e_disagg`; the KV block of MLA models follows each engine
+(:data:`MLA_BLOCK`).
 
 :func:`expressible` says why a row cannot be modelled (so a report counts coverage);
 :func:`simulate_row` runs the same client on the named deployment and returns the same two
