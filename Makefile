@@ -37,7 +37,7 @@ profiles: $(STAMP)
 
 accuracy: $(STAMP)
 	$(BIN)/python bench/accuracy.py
-	$(BIN)/python bench/accuracy_e2e.py --rounds 3 --jobs 2 --write-profiles
+	$(BIN)/python bench/accuracy_e2e.py --jobs 2 --write-profiles
 
 clean:
 	rm -rf $(VENV) build *.egg-info
