@@ -30,6 +30,7 @@ from serveplan.e2e import (
     expressible,
     load_rows,
     resolve_row,
+    row_client,
     simulate_row,
     with_terms,
 )
@@ -44,9 +45,11 @@ PROFILES = HERE.parent / "estimator" / "data" / "runtime"
 
 def sim_key(row):
     """What a simulation of ``row`` depends on: the row without its id and measurements
-    (the measurement date only through the engine version it selects)."""
+    (the measurement date only through the engine version it selects, its source only
+    through the client it names)."""
     version = engine_version(row.engine, row.version, row.measured)
-    return replace(row, id="", ttft_ms=0.0, tpot_ms=0.0, measured="", version=version or "")
+    return replace(row, id="", ttft_ms=0.0, tpot_ms=0.0, measured="", version=version or "",
+                   source=type(row_client(row)).__name__)
 
 
 def unique_runs(rows):
@@ -212,9 +215,10 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
         for m in sorted({rows[k].model for k in idx}):
             mi = [k for k in idx if rows[k].model == m]
             b, a = med(unfitted, mi), med(fitted, mi)
-            if (a > b).any():
-                worse.append(f"{m}: TTFT {100 * b[0]:.0f} -> {100 * a[0]:.0f} %, "
-                             f"TPOT {100 * b[1]:.0f} -> {100 * a[1]:.0f} %")
+            parts = [f"{name} {100 * b[j]:.1f} -> {100 * a[j]:.1f} %"
+                     for j, name in enumerate(("TTFT", "TPOT")) if a[j] > b[j]]
+            if parts:
+                worse.append(f"{m}: {', '.join(parts)}")
         info["held_out_worse"] = worse
         if not (after[0] < before[0] and after[1] <= before[1] + 0.005):
             info["fitted"] = False

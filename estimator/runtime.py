@@ -81,6 +81,8 @@ class KnobDefaults(BaseModel):
     new_token_ratio: float | None = Field(None, ge=0, le=1)
     enable_mixed_chunk: bool | None = None
     scheduler_recv_interval: int | None = Field(None, ge=1)
+    batch_wait_timeout_iters: int | None = Field(None, ge=0)
+    batch_wait_max_tokens_ratio: float | None = Field(None, ge=0, le=1)
 
 
 class VersionEntry(BaseModel):

@@ -239,7 +239,8 @@ def _agg_budget(row: E2ERow, seqs: int, base: dict) -> int:
     return token_budget(row.engine, tokens, base.get("block_size", DEFAULT_BLOCK))
 
 
-_RUNTIME_KNOBS = ("async_scheduling", "scheduler_recv_interval", "enable_mixed_chunk")
+_RUNTIME_KNOBS = ("async_scheduling", "scheduler_recv_interval", "enable_mixed_chunk",
+                  "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
 
 
 def _engine_flags(row: E2ERow, base: dict, engine: bool) -> dict:

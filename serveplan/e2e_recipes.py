@@ -16,7 +16,7 @@ chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``.
 Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
 2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
 rows the old ``70b_*_slurm.sh`` flags; not modelled: the SGLang / TensorRT-LLM CUDA-graph
-batch limits, TensorRT-LLM's ``batch_wait_timeout_iters``, and speculative decoding (the MTP
+batch limits and speculative decoding (the MTP
 variants are separate scripts, and the rows do not say which ran). Rows on GB200 / GB300
 (multi-node launches) have no recipe here.
 """
@@ -87,6 +87,31 @@ def _dsr1_fp4_sglang(r) -> dict:
                 scheduler_recv_interval=1 if dpa else _recv(30, 10)(r))
 
 
+def _one_k(r) -> bool:
+    return r.isl == r.osl == 1024
+
+
+def _dsr1_trtllm(r) -> dict:
+    """dsr1_fp{4,8}_b200_trt.sh: the budget above; KV fraction 0.75 for fp8 8k/1k at TP4,
+    else 0.8; fp8 1k/1k from 64 clients holds contexts up to 40 iterations for 0.8 of the
+    budget (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``)."""
+    fp8 = r.precision == "fp8"
+    knobs = dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=(
+        0.75 if fp8 and r.isl == 8192 and r.tp == 4 else 0.8))
+    if fp8 and _one_k(r) and r.concurrency >= 64:
+        knobs.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
+    return knobs
+
+
+def _llama_trtllm(r) -> dict:
+    """70b_*_trt_slurm.sh: max_num_tokens = max_model_len; 1k/1k below TP 8 holds contexts
+    up to 20 iterations for 0.9 of the budget."""
+    knobs = dict(max_num_batched_tokens=r.isl + r.osl + MAX_MODEL_LEN_PAD)
+    if _one_k(r) and r.tp < 8:
+        knobs.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
+    return knobs
+
+
 _F = "benchmarks/single_node/fixed_seq_len/"
 _B, _BB = ("b200",), ("b200", "b300")
 RECIPES: tuple[Recipe, ...] = (
@@ -148,9 +173,7 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=128, max_num_batched_tokens=16384,
                           gpu_memory_utilization=0.8)),
     # ---- TensorRT-LLM (PyTorch backend)
-    Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh",
-           lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=(
-               0.75 if r.precision == "fp8" and r.isl == 8192 and r.tp == 4 else 0.8))),
+    Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh", _dsr1_trtllm),
     Recipe("trtllm", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200_trt.sh",
            lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=0.75)),
     Recipe("trtllm", "gptoss", ("fp4",), _BB, "benchmarks/gptoss_fp4_b200_trt.sh",
@@ -160,8 +183,7 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=20000,
                           gpu_memory_utilization=0.85)),
     Recipe("trtllm", "70b", ("fp8", "fp4", "bf16", ""), ("h100", "h200", "b200", "b300"),
-           "benchmarks/70b_fp4_b200_trt_slurm.sh",
-           lambda r: dict(max_num_batched_tokens=r.isl + r.osl + MAX_MODEL_LEN_PAD)),
+           "benchmarks/70b_fp4_b200_trt_slurm.sh", _llama_trtllm),
 )
 
 

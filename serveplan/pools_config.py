@@ -116,6 +116,11 @@ class EngineConfig(_Frozen):
     scheduler_recv_interval: SchedulerSteps | None = Field(
         None, ge=1, description="SGLang --scheduler-recv-interval: new requests are read "
         "every N decode iterations (at once after a prefill or when idle). Default 1.")
+    batch_wait_timeout_iters: SchedulerSteps | None = Field(
+        None, ge=0, description="TensorRT-LLM: hold new contexts while generation runs, for "
+        "up to N iterations, until the step would hold batch_wait_max_tokens_ratio x "
+        "max_num_tokens tokens. Default 0 (off).")
+    batch_wait_max_tokens_ratio: float | None = Field(None, ge=0.0, le=1.0)
     new_token_ratio: float | None = Field(
         None, ge=0.0, le=1.0, description="SGLang's initial reservation of future decode "
         "tokens (init_new_token_ratio); 0 = none.")

@@ -66,12 +66,16 @@ from .sglang_policy import CLIP_MAX_NEW_TOKENS
 from .state import (
     I_BATCH,
     I_NRUN,
+    I_WAITED,
+    I_WHEAD,
     I_WLEN,
     K_BLOCK,
     K_CHUNKED,
     K_MAX_SEQS,
     K_MAX_TOKENS,
     K_MULTI_STEP,
+    K_WAIT_ITERS,
+    K_WAIT_TOKENS,
     Policy,
     add_to_batch,
     admit_request,
@@ -189,16 +193,44 @@ def _trt_admit(pool, inst, reqs, knobs, glob, i, budget, now, reserve, avail):
 
 
 @sim_jit
+def _trt_hold_contexts(inst, reqs, knobs, i, budget):
+    """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``): with generation
+    requests in the step and new contexts to schedule, hold the contexts while fewer than
+    ``batch_wait_timeout_iters`` iterations were held and the step would hold fewer than
+    ``batch_wait_max_tokens_ratio x max_num_tokens`` tokens (its generation tokens plus
+    the visible waiting prompts that fit the budget); the count restarts when they go."""
+    limit = knobs[i, K_WAIT_ITERS]
+    gen = knobs[i, K_MAX_TOKENS] - budget  # the micro-batch's tokens so far
+    if limit == 0 or gen == 0 or inst.ist[i, I_WLEN] == 0:
+        return False
+    tokens, cap = gen, inst.wq.shape[1]
+    for k in range(min(inst.ist[i, I_WLEN], knobs[i, K_MAX_SEQS] - inst.ist[i, I_NRUN])):
+        r = np.int64(inst.wq[i, (inst.ist[i, I_WHEAD] + k) % cap])
+        if not waiting_visible(inst, reqs, i, r) or tokens + num_tokens(reqs, r) > \
+                knobs[i, K_MAX_TOKENS]:
+            break
+        tokens += num_tokens(reqs, r)
+    if tokens == gen:
+        return False  # no context would be scheduled: nothing to hold
+    if inst.ist[i, I_WAITED] < limit and tokens < knobs[i, K_WAIT_TOKENS]:
+        inst.ist[i, I_WAITED] += 1
+        return True
+    inst.ist[i, I_WAITED] = 0
+    return False
+
+
+@sim_jit
 def schedule_trtllm(pool, inst, reqs, knobs, glob, i, now, no_evict):
     """TensorRT-LLM in-flight batching with the ``GUARANTEED_NO_EVICT`` (``no_evict``) or
-    ``MAX_UTILIZATION`` capacity scheduler (module docstring)."""
+    ``MAX_UTILIZATION`` capacity scheduler (module docstring), and its batch waiting
+    (:func:`_trt_hold_contexts`)."""
     avail = num_free(pool, i)
     if no_evict:
         for j in range(inst.ist[i, I_NRUN]):
             avail -= blocks_to_completion(inst, reqs, knobs, i, inst.run[i, j])
     paused = _trt_capacity(pool, inst, reqs, knobs, glob, i)
     budget = _trt_micro_batch(pool, inst, reqs, knobs, glob, i)
-    if not paused:
+    if not paused and not _trt_hold_contexts(inst, reqs, knobs, i, budget):
         _trt_admit(pool, inst, reqs, knobs, glob, i, budget, now, no_evict, avail)
 
 

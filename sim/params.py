@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,8 @@ from .state import (
     K_RECV_INTERVAL,
     K_SEQ_CAP,
     K_SLOTS,
+    K_WAIT_ITERS,
+    K_WAIT_TOKENS,
     K_WATERMARK,
     N_KNOBS,
     Policy,
@@ -60,6 +63,8 @@ class EngineParams:
     num_scheduler_steps: int = 1
     enable_mixed_chunk: bool = False
     scheduler_recv_interval: int = 1
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
     new_token_ratio: float = 0.0
 
     def __post_init__(self) -> None:
@@ -73,6 +78,13 @@ class EngineParams:
                              f"{self.long_prefill_token_threshold!r}")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
+        if int(self.batch_wait_timeout_iters) != self.batch_wait_timeout_iters or \
+                self.batch_wait_timeout_iters < 0:
+            raise ValueError("batch_wait_timeout_iters must be an integer >= 0, got "
+                             f"{self.batch_wait_timeout_iters!r}")
+        if not 0.0 <= self.batch_wait_max_tokens_ratio <= 1.0:
+            raise ValueError("batch_wait_max_tokens_ratio must be in [0, 1], got "
+                             f"{self.batch_wait_max_tokens_ratio!r}")
         if not 0.0 <= self.new_token_ratio <= 1.0:
             raise ValueError(f"new_token_ratio must be in [0, 1], got {self.new_token_ratio!r}")
         if self.policy == Policy.SGLANG and self.new_token_ratio > 0 and self.chunked and \
@@ -103,6 +115,10 @@ class EngineParams:
         row[K_MULTI_STEP] = self.num_scheduler_steps
         row[K_MIXED_CHUNK] = int(self.enable_mixed_chunk)
         row[K_RECV_INTERVAL] = self.scheduler_recv_interval
+        if self.batch_wait_timeout_iters > 0 and self.batch_wait_max_tokens_ratio > 0:
+            row[K_WAIT_ITERS] = self.batch_wait_timeout_iters
+            row[K_WAIT_TOKENS] = math.ceil(self.batch_wait_max_tokens_ratio
+                                           * self.max_num_batched_tokens)
         row[K_NEW_TOKEN_RATIO] = round(self.new_token_ratio * 1000)
         row[K_GROUP_SIZE] = 1
         return row

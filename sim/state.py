@@ -124,11 +124,13 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 # group of one. K_DP_TOKENS: how many tokens the MoE layers of such a group see in a step
 # (DP_TOKENS_*, serveplan.sim.pools.DPTokens). K_RECV_INTERVAL: SGLang's
 # --scheduler-recv-interval (new requests are read every that many decode iterations).
+# K_WAIT_ITERS, K_WAIT_TOKENS: TensorRT-LLM's batch waiting (batch_wait_timeout_iters, and
+# batch_wait_max_tokens_ratio x max_num_tokens in tokens).
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
  K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS, K_ASYNC, K_MULTI_STEP,
  K_MIXED_CHUNK, K_NEW_TOKEN_RATIO, K_SPEC_TOKENS, K_SPEC_LOOKAHEAD, K_GROUP,
- K_GROUP_SIZE, K_DP_TOKENS, K_RECV_INTERVAL) = range(23)
-N_KNOBS = 23
+ K_GROUP_SIZE, K_DP_TOKENS, K_RECV_INTERVAL, K_WAIT_ITERS, K_WAIT_TOKENS) = range(25)
+N_KNOBS = 25
 DP_TOKENS_MAX, DP_TOKENS_SUM, DP_TOKENS_SGLANG = 0, 1, 2
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
@@ -146,9 +148,10 @@ ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
 CPU_HIT = -2  # an inst.hits entry: the block is in the CPU tier, not on the GPU
 # per-instance integer state: inst.ist[i, I_*]. I_RECV: decode iterations since the
 # scheduler last read new requests (K_RECV_INTERVAL); I_LAST_EXTEND: the last step held
-# prompt tokens.
-I_NRUN, I_WHEAD, I_WLEN, I_BUSY, I_BATCH, I_NSLOT, I_STEPS, I_RECV, I_LAST_EXTEND = range(9)
-N_IST = 9
+# prompt tokens; I_WAITED: iterations TensorRT-LLM has held new contexts (K_WAIT_ITERS).
+(I_NRUN, I_WHEAD, I_WLEN, I_BUSY, I_BATCH, I_NSLOT, I_STEPS, I_RECV, I_LAST_EXTEND,
+ I_WAITED) = range(10)
+N_IST = 10
 # per-instance float accumulators: inst.acc[i, A_*]. A_LAST_START: start of the last step;
 # A_CUTOFF: requests that reached the engine after it are not seen by the step being
 # scheduled (async scheduling formed it while the previous step ran); A_NEW_TOKEN_RATIO:

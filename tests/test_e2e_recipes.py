@@ -121,3 +121,19 @@ def test_dp_attention_workers_count_their_gpus_in_tp():
     trt = _row(engine="trtllm", model="deepseek-ai/DeepSeek-R1", tp=1, dp=8, ep=8)
     assert layout(trt) == (1, 8, 8)  # already one GPU per rank
     assert layout(_row(system="gb200", tp=4, dp=4, ep=16)) == (4, 4, 16)  # no recipe
+
+
+def test_trtllm_scripts_that_wait_for_batches():
+    """dsr1_fp8_b200_trt.sh, 1k/1k from 64 clients: batch_wait_timeout_iters 40, ratio 0.8
+    (not below 64 clients, not fp4, not 8k/1k); 70b_*_trt_slurm.sh, 1k/1k below TP 8: 20,
+    0.9."""
+    def knobs(**kw):
+        return recipe_knobs(_row(engine="trtllm", isl=1024, osl=1024, **kw))
+    ds = dict(model="deepseek-ai/DeepSeek-R1", tp=8)
+    assert knobs(concurrency=64, **ds)["batch_wait_timeout_iters"] == 40
+    assert knobs(concurrency=64, **ds)["batch_wait_max_tokens_ratio"] == 0.8
+    assert "batch_wait_timeout_iters" not in knobs(concurrency=32, **ds)
+    assert "batch_wait_timeout_iters" not in knobs(concurrency=64, precision="fp4", **ds)
+    llama = dict(model="meta-llama/Llama-3.1-70B", concurrency=8)
+    assert knobs(tp=4, **llama)["batch_wait_timeout_iters"] == 20
+    assert "batch_wait_timeout_iters" not in knobs(tp=8, **llama)

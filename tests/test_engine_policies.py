@@ -305,3 +305,26 @@ def test_engine_policies_finish_every_request(case):
     check_pool_intact(res, 0)
     if params["policy"] == TRT_NO_EVICT:
         assert r.n_preempt.sum() == 0
+
+
+# ------------------------------------------------------- TensorRT-LLM batch waiting
+def test_trtllm_batch_waiting_holds_contexts_while_generation_runs():
+    """``batch_wait_timeout_iters 3``, ``batch_wait_max_tokens_ratio 0.5`` of a 100-token
+    budget (``PyExecutor._waiting_requests``): while generation requests run, new contexts
+    are held as long as fewer than 3 iterations were held and the step would hold fewer
+    than 50 tokens. A (16, 50) at 0 on an idle engine: prefill [0, 10], no wait (nothing
+    generates). B (16, 2) at 15: the step formed at 20 would hold A's token + B's 16 = 17
+    < 50: held at 20, 30 and 40 (counter 1, 2, 3); at 50 the counter has reached 3: B's
+    prefill [50, 60], TTFT 45 ms (15 ms without waiting). A 60-token C at 15 (61 >= 50)
+    is not held: [20, 30], TTFT 15 ms."""
+    reqs = make_requests([0.0, 0.015], [16, 16], [50, 2])
+    knobs = dict(policy=TRT_NO_EVICT, num_gpu_blocks=1000, max_num_batched_tokens=100,
+                 enable_chunked_prefill=False)
+    plain = run(reqs, **knobs)
+    held = run(reqs, batch_wait_timeout_iters=3, batch_wait_max_tokens_ratio=0.5, **knobs)
+    assert (times(plain, "t_first") - times(plain, "arrival"))[1] == pytest.approx(0.015)
+    assert (times(held, "t_first") - times(held, "arrival"))[1] == pytest.approx(0.045)
+    assert times(held, "t_first")[0] == pytest.approx(0.010)
+    big = run(make_requests([0.0, 0.015], [16, 60], [50, 2]), batch_wait_timeout_iters=3,
+              batch_wait_max_tokens_ratio=0.5, **knobs)
+    assert (times(big, "t_first") - times(big, "arrival"))[1] == pytest.approx(0.015)
