@@ -34,7 +34,7 @@ from serveplan.e2e import (
     simulate_row,
     with_terms,
 )
-from serveplan.e2e_fit import fit_rows
+from serveplan.e2e_fit import fit_rows, mean_lengths
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 
@@ -101,7 +101,17 @@ def predict_all(rows, resolved, terms=None, jobs=1, data=None) -> np.ndarray:
     return np.array(out, dtype=float).reshape(len(first), 2)[which]
 
 
-def lomo(rows, resolved, unfitted, layers, jobs=1):
+def prefill_seconds(row, resolved) -> float:
+    """The oracle's prefill of one mean prompt of ``row``'s client, alone, on the
+    instance that prefills it (a first-order slope's scale, :mod:`serveplan.e2e_fit`)."""
+    pool = next((p for p in resolved.pools if p.config.role in ("prefill", "colocated")),
+                resolved.pools[0])
+    prompt = int(round(mean_lengths(row)[0]))
+    return float(np.asarray(pool.instance.oracle.prefill_time(batch_size=1,
+                                                              input_len=prompt)).ravel()[0])
+
+
+def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, and each engine's fit on all
     its rows; engines with one model are not fitted."""
@@ -120,11 +130,13 @@ def lomo(rows, resolved, unfitted, layers, jobs=1):
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
             terms, summ = fit_rows([rows[k] for k in train], unfitted[train],
-                                   [layers[k] for k in train])
+                                   [layers[k] for k in train],
+                                   prefill_s=[prefill_s[k] for k in train])
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
-        terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx])
+        terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
+                               prefill_s=[prefill_s[k] for k in idx])
         full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full
 
@@ -341,13 +353,16 @@ def main() -> None:
     resolved_u = [resolve_row(ok[k], args.data) for k in first]
     resolved = [resolved_u[w] for w in which]
     layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+    pre_u = [prefill_seconds(ok[k], res) for k, res in zip(first, resolved_u, strict=True)]
+    prefill_s = [pre_u[w] for w in which]
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
     preds = _predict_settings(args, ok, resolved)
     results = HERE / "results"
     write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)  # --reuse after a stop
     folds, full = [], {}
     if not args.no_fit:
-        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers, args.jobs)
+        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers, prefill_s,
+                                   args.jobs)
         held_out_check(ok, preds["engine_unfitted"], fitted, full)
         preds["engine_fitted_lomo"] = fitted
     stamp = time.strftime("%Y-%m-%d")

@@ -43,7 +43,10 @@ class RuntimeTerms(BaseModel):
 
     ``tp_sync_per_layer_s`` is charged once per layer per step on instances with
     tensor-parallel size > 1 (rank synchronisation and collective launch beyond the
-    all-reduce's transfer time).
+    all-reduce's transfer time). ``prefill_token_layer_s`` is charged per prompt token
+    and layer of a step on the GPU: the prefill work an engine does beyond the forward
+    pass the oracle prices from per-op measurements (its quantisation, routing and
+    normalisation kernels between the measured ops, eager launches of large steps).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,6 +59,7 @@ class RuntimeTerms(BaseModel):
     step_cpu_per_request_s: float = Field(0.0, ge=0)
     step_cpu_per_token_s: float = Field(0.0, ge=0)
     tp_sync_per_layer_s: float = Field(0.0, ge=0)
+    prefill_token_layer_s: float = Field(0.0, ge=0)
 
     def front_end(self) -> FrontEnd:
         return FrontEnd(self.frontend_request_s, self.frontend_prompt_token_s,
@@ -64,7 +68,8 @@ class RuntimeTerms(BaseModel):
     def step_runtime(self, num_layers: int, tp: int) -> StepRuntime:
         sync = self.tp_sync_per_layer_s * num_layers if tp > 1 else 0.0
         return StepRuntime(self.step_cpu_s, self.step_cpu_per_request_s,
-                           self.step_cpu_per_token_s, sync)
+                           self.step_cpu_per_token_s, sync,
+                           self.prefill_token_layer_s * num_layers)
 
 
 class KnobDefaults(BaseModel):

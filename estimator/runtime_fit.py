@@ -43,7 +43,8 @@ FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_pe
 TERM_SCALES = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-5, 1e-3),
                "frontend_output_per_token_s": (1e-4, 5e-3), "tp_sync_per_layer_s": (1e-5, 1e-3),
                "frontend_request_s": (5e-3, 0.5), "step_cpu_s": (1e-3, 0.05),
-               "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4)}
+               "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4),
+               "prefill_token_layer_s": (2e-7, 1e-5)}
 _NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
 

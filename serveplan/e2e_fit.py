@@ -1,8 +1,7 @@
 """Runtime terms fitted to the measured end-to-end rows, in closed form to first order.
 
 A row simulated without runtime terms predicts the client's means ``(TTFT0, TPOT0)`` (ms).
-The terms :data:`~serveplan.estimator.runtime_fit.FIT_TERMS` move them, to first order, by
-(per second of the term):
+The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the term):
 
 * ``frontend_output_s`` -- TTFT by 1 (a latency on every token: the first and the last
   are both late, so TPOT does not move);
@@ -12,9 +11,19 @@ The terms :data:`~serveplan.estimator.runtime_fit.FIT_TERMS` move them, to first
 * ``frontend_output_per_token_s`` -- TTFT by the tokens of the first token's step: an
   agg instance's running batch (its share of the clients, at most ``max_batch_size``), a
   disaggregated row's prefill batch;
+* ``prefill_token_layer_s`` -- every prompt token's prefill by ``layers`` on the GPU.
+  TTFT is made of prefill work -- the request's own and, in the burst and later queues,
+  that of the requests ahead of it -- so it scales by the prefill's relative growth:
+  ``TTFT0 x layers x prompt / prefill0`` (``prefill0``: the oracle's prefill of one
+  mean prompt alone; without it, the own prefill only: ``layers x prompt``). TPOT: an agg
+  rank's decode steps carry its clients' prompts, ``clients x prompt / output`` prompt
+  tokens per step on average, each ``layers`` times the term;
 * ``tp_sync_per_layer_s`` -- TPOT by the layers on a decoding instance with tp > 1 (every
   step), TTFT by the layers times the steps a request spends before its first token
-  (``TTFT0 / TPOT0``) on a prefilling instance with tp > 1.
+  (``TTFT0 / TPOT0``) on a prefilling instance with tp > 1. Not in :data:`E2E_FIT_TERMS`:
+  the rows' TPOT is met by the GPU steps alone, and fitted here the term bought TTFT with
+  TPOT (held out: vLLM TPOT 11.7 -> 14.1 % median abs, ``bench/results/accuracy_e2e.md``
+  of 2026-11-27).
 
 :func:`fit_rows` solves for the terms with these slopes
 (:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- so the
@@ -31,11 +40,14 @@ import numpy as np
 from serveplan.e2e import BENCH_CLIENT, E2ERow, agg_workers, row_client
 from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.estimator.runtime_fit import (
-    FIT_TERMS,
     TERM_SCALES,
     fit_first_order,
     identifiable,
 )
+
+E2E_FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
+                 "prefill_token_layer_s")
+"""The terms fitted to the measured rows (module docstring)."""
 
 
 def _first_token_batch(row: E2ERow) -> float:
@@ -47,10 +59,13 @@ def _first_token_batch(row: E2ERow) -> float:
     return float(min(seqs, row.concurrency / (agg_workers(row) * dp)))
 
 
-def _mean_prompt(row: E2ERow) -> float:
-    """The mean prompt length of the row's client (InferenceX's: uniform on [0.8 L, L])."""
-    client = row_client(row)
-    return client.length_laws(row)[0].mean if client is BENCH_CLIENT else float(row.isl)
+def mean_lengths(row: E2ERow) -> tuple[float, float]:
+    """The mean prompt and output lengths of the row's client (InferenceX's: uniform on
+    [0.8 L, L]; aiperf's: fixed)."""
+    if row_client(row) is BENCH_CLIENT:
+        prompt, output = BENCH_CLIENT.length_laws(row)
+        return prompt.mean, output.mean
+    return float(row.isl), float(row.osl)
 
 
 def _tp_first(row: E2ERow) -> tuple[int, int]:
@@ -60,17 +75,30 @@ def _tp_first(row: E2ERow) -> tuple[int, int]:
     return row.prefill.tp, row.decode.tp
 
 
+def _prefill_slopes(row: E2ERow, ttft0: float, layers: int,
+                    prefill_s: float | None) -> tuple[float, float]:
+    """TTFT and TPOT seconds per second of ``prefill_token_layer_s`` (module docstring)."""
+    prompt, output = mean_lengths(row)
+    work = layers * prompt  # token-layers of one mean prompt
+    ttft = work * ttft0 * 1e-3 / prefill_s if prefill_s else work
+    tpot = work * _first_token_batch(row) / max(output - 1.0, 1.0) if row.mode == "agg" else 0.0
+    return ttft, tpot
+
+
 def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
-               names: Sequence[str] = FIT_TERMS) -> np.ndarray:
-    """``(2, len(names))``: ms of TTFT and TPOT per second of each term (module docstring)."""
+               names: Sequence[str] = E2E_FIT_TERMS,
+               prefill_s: float | None = None) -> np.ndarray:
+    """``(2, len(names))``: ms of TTFT and TPOT per second of each term (module docstring);
+    ``prefill_s``: the oracle's prefill of one mean prompt alone (seconds), if known."""
     ttft0, tpot0 = float(pred0[0]), float(pred0[1])
     tp_first, tp_decode = _tp_first(row)
     steps = ttft0 / tpot0 if tpot0 > 0 else 0.0
     slope = {
         "frontend_output_s": (1.0, 0.0),
-        "frontend_prompt_token_s": (_mean_prompt(row), 0.0),
+        "frontend_prompt_token_s": (mean_lengths(row)[0], 0.0),
         "frontend_output_per_token_s": (_first_token_batch(row), 0.0),
         "tp_sync_per_layer_s": (layers * steps * (tp_first > 1), layers * (tp_decode > 1)),
+        "prefill_token_layer_s": _prefill_slopes(row, ttft0, layers, prefill_s),
     }
     unknown = [n for n in names if n not in slope]
     if unknown:
@@ -79,16 +107,19 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
 
 
 def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
-             names: Sequence[str] = FIT_TERMS) -> tuple[RuntimeTerms, dict]:
-    """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms)
-    and each row's layer count; returns the terms and a summary (fitted, skipped, median
+             names: Sequence[str] = E2E_FIT_TERMS,
+             prefill_s: Sequence[float] | None = None) -> tuple[RuntimeTerms, dict]:
+    """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms),
+    each row's layer count and, if known, the oracle's prefill of one mean prompt
+    (``prefill_s``, seconds); returns the terms and a summary (fitted, skipped, median
     |error| of the first-order model before and after)."""
     measured = np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float)
     pred0 = np.asarray(pred0, dtype=float)
     tp = np.array([max(_tp_first(r)) for r in rows])
     names, skipped = identifiable(names, tp)
-    jac = np.stack([row_slopes(r, p, n, names) for r, p, n in
-                    zip(rows, pred0, layers, strict=True)])
+    work = prefill_s if prefill_s is not None else [None] * len(rows)
+    jac = np.stack([row_slopes(r, p, n, names, w) for r, p, n, w in
+                    zip(rows, pred0, layers, work, strict=True)])
     upper = np.array([TERM_SCALES[n][1] for n in names])
     x = fit_first_order(pred0, jac, measured, np.zeros(len(names)), upper)
     after = pred0 + jac @ x
@@ -100,4 +131,4 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
                    "terms": terms.model_dump()}
 
 
-__all__ = ["fit_rows", "row_slopes"]
+__all__ = ["E2E_FIT_TERMS", "fit_rows", "mean_lengths", "row_slopes"]

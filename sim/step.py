@@ -148,7 +148,8 @@ def price_step(w, i, now, moe_tokens):
     if slot >= 0:
         w.costs.prm[slot] = own
     gpu += take_pending_load(w.pool, i)  # CPU-tier loads of the requests it admitted
-    dt = step_runtime(w.costs.rt[c], gpu, bn, tokens, w.knobs[i, K_ASYNC] != 0)
+    dt = step_runtime(w.costs.rt[c], gpu, bn, tokens, tokens - decode_tokens,
+                      w.knobs[i, K_ASYNC] != 0)
     used = num_used(w.pool, i)
     inst.acc[i, A_LAST_START] = now
     inst.acc[i, A_BUSY_UNTIL] = now + dt

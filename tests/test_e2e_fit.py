@@ -67,3 +67,41 @@ def test_an_unrecorded_attention_dp_counts_as_one():
     """Some rows record attention_dp_size 0: one rank, as the deployment builder reads it."""
     assert row_slopes(_row(dp=0), (100.0, 10.0), 80, NAMES) == pytest.approx(
         row_slopes(_row(dp=1), (100.0, 10.0), 80, NAMES))
+
+
+def test_prefill_slopes_by_hand():
+    """InferenceX lengths: mean prompt and output (819 + 1024) / 2 = 921.5. 80 layers,
+    TTFT0 100 ms, the oracle's prefill of one mean prompt 50 ms: TTFT grows with the
+    prefill's relative growth, 100 ms x 80 x 921.5 / 0.05 s -> 1e3 x 80 x 921.5 x 2 =
+    1.4744e8 ms per s; without the prefill time, the own prompt only: 7.372e7. TPOT: 16
+    clients on the rank, 80 x 16 x 921.5 / 920.5 token-layers a decode step -> x 1e3. A
+    disaggregated decoder prefills nothing: 0."""
+    from serveplan.e2e_fit import E2E_FIT_TERMS
+
+    name = ("prefill_token_layer_s",)
+    s = row_slopes(_row(), (100.0, 10.0), 80, name, prefill_s=0.05)
+    assert s[0, 0] == pytest.approx(1.4744e8)
+    assert s[1, 0] == pytest.approx(1e3 * 80 * 16 * 921.5 / 920.5)
+    assert row_slopes(_row(), (100.0, 10.0), 80, name)[0, 0] == pytest.approx(7.372e7)
+    pd = _row(mode="disagg", prefill=Role(2, 1, 1, 1, 1, 1), decode=Role(1, 64, 8, 1, 1, 1))
+    assert row_slopes(pd, (100.0, 10.0), 80, name, prefill_s=0.05)[1, 0] == 0.0
+    assert "prefill_token_layer_s" in E2E_FIT_TERMS and "tp_sync_per_layer_s" not in E2E_FIT_TERMS
+
+
+def test_prefill_term_is_recovered():
+    rng = np.random.default_rng(1)
+    rows, pred0, layers, pre = [], [], [], []
+    for _ in range(30):
+        rows.append(_row(isl=int(rng.choice([1024, 8192])), concurrency=int(rng.choice([4, 64])),
+                         batch_size=None))
+        pred0.append((float(rng.uniform(30, 900)), float(rng.uniform(5, 30))))
+        layers.append(int(rng.choice([61, 80])))
+        pre.append(float(rng.uniform(0.02, 0.3)))
+    names = ("frontend_output_s", "prefill_token_layer_s")
+    true = np.array([0.02, 3e-7])
+    truth = [np.array(p) + row_slopes(r, p, n, names, w) @ true
+             for r, p, n, w in zip(rows, pred0, layers, pre, strict=True)]
+    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
+            for r, t in zip(rows, truth, strict=True)]
+    terms, _ = fit_rows(rows, np.array(pred0), layers, names, prefill_s=pre)
+    assert [terms.frontend_output_s, terms.prefill_token_layer_s] == pytest.approx(true, rel=1e-3)

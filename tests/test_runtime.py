@@ -77,6 +77,18 @@ def test_step_cpu_work_adds_without_async_and_overlaps_with_it():
     assert _run([0.0], [16], [3], runtime=rt_gpu).t_finish[0] == pytest.approx(0.036)
 
 
+def test_prefill_tokens_lengthen_the_steps_that_hold_them():
+    """0.1 ms per prompt token of a step on the GPU side. A (prompt 16, output 3) at 0:
+    its prefill step takes 10 + 1.6 = 11.6 ms, its decodes 10 ms: tokens at 11.6, 21.6,
+    31.6. B (prompt 20, output 2) at 15 joins the step formed at 21.6, which holds A's
+    decode and B's 20 prompt tokens: 10 + 2 = 12 ms, so A's third token comes at 33.6 and
+    B's first at 33.6 too; B's last at 43.6."""
+    rt = StepRuntime(gpu_per_prefill_token_s=1e-4)
+    res = _run([0.0, 0.015], [16, 20], [3, 2], runtime=rt)
+    assert res.t_first.tolist() == pytest.approx([0.0116, 0.0336])
+    assert res.t_finish.tolist() == pytest.approx([0.0336, 0.0436])
+
+
 def test_front_end_serves_requests_first_come_first_served():
     """Front end: 2 ms per request + 10 us per prompt token to set up; 3 ms + 1 ms per
     token of the step to stream a step's tokens. Two requests of 100 prompt tokens sent at
