@@ -257,6 +257,18 @@ class VllmBenchWorkload(_Synthetic):
     max_concurrency: Clients | None = Field(None, ge=1)
     num_requests: Requests = Field(1000, ge=1, validation_alias=AliasChoices(
         "num_requests", "num_prompts"))
+    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "--random-range-ratio of the random dataset: lengths uniform on [floor(L (1 - r)), "
+        "ceil(L (1 + r))] around a fixed isl / osl L."))
+
+    @model_validator(mode="after")
+    def _range_needs_fixed_lengths(self):
+        if self.random_range_ratio > 0:
+            for name in ("isl", "osl"):
+                if not isinstance(getattr(self, name), int):
+                    raise ValueError(f"random_range_ratio samples around a fixed {name}: give "
+                                     f"{name} as a number of tokens")
+        return self
 
     @field_serializer("rate", "burstiness", when_used="json")
     def _inf_as_text(self, value: float) -> float | str:

@@ -14,6 +14,7 @@ think time between a client's           ``think_time_s`` + exponential
 requests                               ``think_time_jitter_s`` (``Requests.client_delay_s``)
 ``vllm bench serve --request-rate``     ``kind: vllm-bench-serve`` (:class:`.VllmBenchArrivals`)
 ``--burstiness``, ``--max-concurrency``
+``--random-range-ratio``                ``random_range_ratio`` (:func:`vllm_range`)
 inference-perf ``load.type``            ``kind: inference-perf`` (:class:`.InferencePerfArrivals`)
 ``constant`` / ``poisson``, ``stages``
 ``--random-prefix-len``;                ``prefix: {num_groups, prefix_len}`` (aliases
@@ -39,7 +40,7 @@ Think time: ``Requests.client_delay_s`` holds each request's delay; the compiled
 request ``k`` at ``finish(k - concurrency) + client_delay_s[k]`` (``lifecycle.release_next``
 and a heap of pending sends). Even a small jitter matters: with fixed lengths and no jitter a
 closed loop is deterministic and can settle into a pattern that real clients, whose sends
-wander by a millisecond or so, do not keep (``docs/workloads.md``).
+wander by a millisecond or so, do not keep (``docs/runtime.md``).
 
 One client habit needs the compiled loop, which does not have it yet: a timed-out
 closed-loop client sends its next request at the timeout, not at the finish.
@@ -50,6 +51,7 @@ starts; here the profiling requests follow the warm-up ones without that barrier
 
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 from dataclasses import replace
 
@@ -124,8 +126,17 @@ def length_dist(spec) -> W.LengthDist:
     raise TypeError(f"unknown length spec {spec!r}")
 
 
+def vllm_range(length: int, ratio: float) -> W.Uniform:
+    """``vllm bench serve --random-range-ratio r`` around ``length`` L: integers uniform on
+    ``[floor(L (1 - r)), ceil(L (1 + r))]``, at least 1 (``RandomDataset.get_sampling_params``;
+    the tokenizer's special tokens, which vLLM takes off the prompt first, are not)."""
+    return W.Uniform(max(math.floor(length * (1 - ratio)), 1), math.ceil(length * (1 + ratio)))
+
+
 def _draws(w, m: int, seed: int) -> tuple:
     """Prompt and output lengths (distributions, or arrays of ``m``: ShareGPT pairs)."""
+    if getattr(w, "random_range_ratio", 0.0) > 0:
+        return vllm_range(w.isl, w.random_range_ratio), vllm_range(w.osl, w.random_range_ratio)
     prompt, output = length_dist(w.isl), length_dist(w.osl)
     if (isinstance(prompt, W.ShareGPTLength) and isinstance(output, W.ShareGPTLength)
             and (prompt.column, output.column) == ("prompt", "output")):

@@ -222,6 +222,22 @@ def test_vllm_bench_config():
         clients.build_requests(spec(kind="vllm-bench-serve", request_rate=1, max_concurrency=3))
 
 
+def test_vllm_random_range_ratio():
+    """``--random-range-ratio 0.5`` around isl 1001 / osl 3: ``get_sampling_params`` takes
+    floor(1001 x 0.5) = 500 .. ceil(1001 x 1.5) = 1502 and floor(1.5) = 1 .. ceil(4.5) = 5
+    (at least 1). A length law for isl cannot take a range: refused, naming the field."""
+    w = spec(kind="vllm-bench-serve", max_concurrency=4, num_prompts=4000, isl=1001, osl=3,
+             random_range_ratio=0.5)
+    r = clients.build_requests(w, seed=0)
+    assert (r.prompt_len.min(), r.prompt_len.max()) == (500, 1502)
+    assert (r.output_len.min(), r.output_len.max()) == (1, 5)
+    with pytest.raises(ValidationError, match="fixed isl"):
+        spec(kind="vllm-bench-serve", random_range_ratio=0.2,
+             isl={"dist": "uniform", "low": 10, "high": 20})
+    with pytest.raises(ValidationError):
+        spec(kind="vllm-bench-serve", random_range_ratio=1.0)
+
+
 def test_inference_perf_config():
     w = spec(kind="inference-perf", type="constant", stages=[{"rate": 2, "duration": 3}],
              isl=32, osl=4)
