@@ -21,14 +21,15 @@ def _ms(x) -> str:
 
 
 def _group_rows(report) -> list[str]:
-    lines = ["| engine | model | system | rows | setting | TTFT med abs % | TTFT bias % | "
-             "TPOT med abs % | TPOT bias % |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| engine | model | system | mode | rows | setting | TTFT med abs % | TTFT bias % | "
+             "TPOT med abs % | TPOT bias % |", "|---|---|---|---|---|---|---|---|---|---|"]
     for g in report["groups"]:
         for key, label in NAMES.items():
             e = g.get(key)
             if e is None:
                 continue
-            lines.append(f"| {g['engine']} | {g['model']} | {g['system']} | {g['rows']} | "
+            lines.append(f"| {g['engine']} | {g['model']} | {g['system']} | {g['mode']} | "
+                         f"{g['rows']} | "
                          f"{label} | {_abs(e['ttft_med_abs'])} | {_pct(e['ttft_bias'])} | "
                          f"{_abs(e['tpot_med_abs'])} | {_pct(e['tpot_bias'])} |")
     return lines

@@ -15,7 +15,8 @@ The simulator does not record each token's time. A predicted request's ITLs are 
 from its instance's step series (a decode pool's instance for a disaggregated run): its
 tokens after the first are emitted at the ends of the last ``output tokens - 1`` steps of
 that instance up to its finish (a request decodes in every step from its admission or
-join to its finish; a preemption's stall shows as one long gap). Where there are fewer
+join to its finish; a preemption's stall shows as one long gap), each delayed as its last
+token is (the front end's output time: the last token reaches the client at finish). Where there are fewer
 such steps (multi-step bursts, a decimated step series), the request's gaps are taken as
 equal (its TPOT) and the count of such requests is reported.
 """
@@ -129,7 +130,9 @@ def request_itls(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray, int]:
         e = ends.get(int(inst[i]), np.empty(0))
         lo, hi = np.searchsorted(e, first[i], "right"), np.searchsorted(e, finish[i], "right")
         if hi - lo >= n_out[i] - 1:  # its last n - 1 steps (a decode pool's join, a stall)
-            gaps.append(np.diff(e[hi - n_out[i] + 1:hi], prepend=first[i]))
+            emitted = e[hi - n_out[i] + 1:hi]
+            # the front end's output delay: the last token reaches the client at finish
+            gaps.append(np.diff(emitted + (finish[i] - emitted[-1]), prepend=first[i]))
         else:
             gaps.append(np.full(n_out[i] - 1, tpot[i]))
             equal += 1
