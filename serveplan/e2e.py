@@ -44,9 +44,10 @@ from serveplan.e2e_disagg import (
     disagg_reason,
     layout_reason,
     moe_fields,
+    server_wide,
     token_budget,
 )
-from serveplan.e2e_recipes import layout, recipe_knobs
+from serveplan.e2e_recipes import layout, mtp_depth, recipe_knobs
 from serveplan.e2e_served import is_mla, served
 from serveplan.e2e_versions import engine_version, measured_date
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
@@ -106,6 +107,7 @@ class E2ERow:
     gemm_quant: str = ""
     moe_quant: str = ""
     batch_size: int | None = None
+    moe_tp: int = 1
     prefill: Role | None = None
     decode: Role | None = None
     measured: str = ""  # the measurement date (``measured=`` of the source), if recorded
@@ -138,7 +140,7 @@ def _row(r: dict) -> E2ERow:
         tp=_int(r["tp_size"]), pp=_int(r["pp_size"]), dp=_int(r["attention_dp_size"]),
         ep=_int(r["moe_ep_size"]), ttft_ms=float(r["silicon_ttft_ms"]),
         tpot_ms=float(r["silicon_tpot_ms"]), gemm_quant=r["gemm_quant_mode"],
-        moe_quant=r["moe_quant_mode"], batch_size=batch,
+        moe_quant=r["moe_quant_mode"], batch_size=batch, moe_tp=_int(r["moe_tp_size"]),
         prefill=_role(r, "prefill") if disagg else None,
         decode=_role(r, "decode") if disagg else None,
         measured=measured_date(r["silicon_data_source"]),
@@ -197,6 +199,10 @@ def _fit_reason(row: E2ERow, data_dir: Path) -> str | None:
     return None
 
 
+MTP_REASON = ("ran MTP speculative decoding (InferenceX's *-trt-mtp image); serveplan "
+              "models speculative decoding under vLLM's scheduler only")
+
+
 def expressible(row: E2ERow, data_dir: Path) -> str | None:
     """None if serveplan can model the row, else the reason it cannot."""
     s = served(row, data_dir)
@@ -206,6 +212,8 @@ def expressible(row: E2ERow, data_dir: Path) -> str | None:
         resolve_gpu(row.system)
     except SpecError:
         return f"GPU {row.system} not in the catalog"
+    if row_client(row) is BENCH_CLIENT and mtp_depth(row):
+        return MTP_REASON
     return _topology_reason(row, s.model) or _fit_reason(row, Path(data_dir))
 
 
@@ -249,8 +257,11 @@ def _engine_flags(row: E2ERow, base: dict, engine: bool) -> dict:
     docstring); the runtime's own knobs only with the engine runtime."""
     knobs = recipe_knobs(row) if row_client(row) is BENCH_CLIENT else None
     if knobs is None:
-        seqs = row.batch_size or row.concurrency
-        knobs = {"max_num_seqs": seqs, "max_num_batched_tokens": _agg_budget(row, seqs, base)}
+        seqs = row.batch_size or row.concurrency  # per DP rank when recorded
+        ranks = row.dp if row.batch_size else 1
+        knobs = {"max_num_seqs": server_wide(row.engine, seqs, ranks),
+                 "max_num_batched_tokens": server_wide(row.engine, _agg_budget(row, seqs, base),
+                                                       ranks)}
         if row.engine == "sglang":
             knobs["enable_mixed_chunk"] = True  # the rule's ``agg enable_mixed_chunk = true``
     if engine:
@@ -373,12 +384,12 @@ def bench_means(load: Requests, result) -> tuple[float, float]:
     """Mean TTFT and mean TPOT (ms) of a simulator ``result`` of the requests ``load``, as
     the benchmark computes them: TPOT = (E2E - TTFT) / (output - 1) per request with more
     than one output token, averaged over those requests (0 if there are none)."""
-    r = result.reqs
+    r, first = result.reqs, result.first_token_times
     finish = result.pd.t_finish[:len(r.prompt)]  # every role's finish (a PD run's: the decode's)
     many = load.output_len > 1
-    tpot = (finish - r.t_first)[many] / (load.output_len[many] - 1)
+    tpot = (finish - first)[many] / (load.output_len[many] - 1)
     mean_tpot = float(np.mean(tpot) * 1e3) if many.any() else 0.0
-    return float(np.mean(r.t_first - r.arrival) * 1e3), mean_tpot
+    return float(np.mean(first - r.arrival) * 1e3), mean_tpot
 
 
 def simulate_row(row: E2ERow, data_dir: Path | None = None, *, resolved=None,

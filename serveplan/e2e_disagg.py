@@ -86,6 +86,14 @@ def disagg_reason(row) -> str | None:
     return None
 
 
+def server_wide(engine: str, per_rank: int, dp: int) -> int:
+    """The server flag that gives each of ``dp`` attention-DP ranks ``per_rank`` (the
+    generator records batch sizes and budgets per rank): SGLang divides
+    ``--max-running-requests`` and ``--chunked-prefill-size`` among its DP ranks, vLLM and
+    TensorRT-LLM give every rank the whole value."""
+    return per_rank * max(dp, 1) if engine == "sglang" else per_rank
+
+
 def disagg_pools(row, base: dict) -> dict:
     """The pools config of the disaggregated ``row``; ``base`` holds the fields both roles
     share (model, GPU, precision, engine, KV block)."""
@@ -94,10 +102,13 @@ def disagg_pools(row, base: dict) -> dict:
     prefill_budget = token_budget(row.engine, row.isl + 1500, page)
     decode_budget = (token_budget(row.engine, d.batch) if row.engine == "vllm"
                      else prefill_budget)
+    e = row.engine
     prefill = {**base, "role": "prefill", "tp": p.tp, "pp": p.pp, "count": p.workers,
-               "max_num_seqs": p.batch, "max_num_batched_tokens": prefill_budget,
+               "max_num_seqs": server_wide(e, p.batch, p.dp),
+               "max_num_batched_tokens": server_wide(e, prefill_budget, p.dp),
                **moe_fields(p.tp, p.dp, p.ep)}
     decode = {**base, "role": "decode", "tp": d.tp, "pp": d.pp, "count": d.workers,
-              "max_num_seqs": d.batch, "max_num_batched_tokens": decode_budget,
+              "max_num_seqs": server_wide(e, d.batch, d.dp),
+              "max_num_batched_tokens": server_wide(e, decode_budget, d.dp),
               **moe_fields(d.tp, d.dp, d.ep)}
     return {"pools": [prefill, decode]}

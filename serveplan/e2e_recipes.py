@@ -26,9 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["RECIPES", "Recipe", "layout", "model_family", "recipe_for", "recipe_knobs"]
+__all__ = ["MTP_IMAGES", "NODE_GPUS", "RECIPES", "Recipe", "layout", "model_family", "mtp_depth",
+           "recipe_for", "recipe_knobs"]
 
-MAX_MODEL_LEN_PAD = 256  # the sweep generator's max_model_len = isl + osl + 256
+MAX_MODEL_LEN_PAD = 256
+NODE_GPUS = 8  # every recipe here is a single-node launch on an eight-GPU HGX board  # the sweep generator's max_model_len = isl + osl + 256
 
 _FAMILIES = (("deepseek-r1", "dsr1"), ("deepseek-v3", "dsr1"), ("kimi-k2.5", "kimik2.5"),
              ("minimax-m2.5", "minimaxm2.5"), ("qwen3.5-397b", "qwen3.5"),
@@ -213,9 +215,36 @@ def layout(row) -> tuple[int, int, int]:
     --enable-expert-parallel``: four GPUs); its exports record such a worker as ``tp`` 4,
     ``attention_dp`` 4, ``moe_ep`` 16 -- sixteen GPUs, more than the node has for 4 x 4 on a
     B200. A row with a recipe, ``dp > 1`` and ``moe_ep = tp x dp`` is therefore ``dp`` ranks
-    of ``tp / dp`` GPUs with the experts over all ``tp``; any other row as recorded."""
+    of ``tp / dp`` GPUs with the experts over all ``tp``.
+
+    The database behind the exports also counts a worker without a GPU count as ``tp x ep``
+    GPUs (InferenceX-app's topology fallback), so a TensorRT-LLM ``--tp_size 8 --ep_size 8``
+    worker -- eight GPUs, experts split eight ways -- is recorded as ``tp`` 64 (or
+    ``attention_dp`` 64 with ``enable_attention_dp``), ``moe_tp`` 8, ``moe_ep`` 8. A row with
+    a recipe whose ``tp x dp = moe_tp x moe_ep`` is more GPUs than its node has
+    (:data:`NODE_GPUS`) is therefore ``moe_tp`` GPUs (one rank of them, or that many
+    attention-DP ranks) with ``moe_ep``-way experts. Any other row as recorded."""
     tp, dp, ep = row.tp, max(row.dp, 1), row.ep
-    if dp > 1 and ep == tp * dp and tp % dp == 0 and recipe_for(row) is not None:
+    if recipe_for(row) is None:
+        return tp, dp, ep
+    if dp > 1 and ep == tp * dp and tp % dp == 0:
         return tp // dp, dp, tp
+    gpus = row.moe_tp
+    if tp * dp > NODE_GPUS and tp * dp == gpus * ep:
+        return (1, gpus, ep) if dp > 1 else (gpus, 1, ep)
     return tp, dp, ep
+
+
+MTP_IMAGES = ("tensorrt-llm/release:1.2.0rc6.post3",)
+"""Container images InferenceX ran only for its MTP variants (``dsr1-fp{4,8}-b200-trt-mtp``
+in ``.github/configs/nvidia-master.yaml``; the plain variants ran ``1.2.0rc6.post2``)."""
+
+def mtp_depth(row) -> int:
+    """Draft tokens per step of ``row``'s MTP run (0: the row did not run MTP): the
+    ``*_trt_mtp.sh`` scripts run three, one with attention DP."""
+    ran_mtp = (row.engine == "trtllm" and model_family(row.model) == "dsr1"
+               and any(image in row.source.replace("#", "/") for image in MTP_IMAGES))
+    if not ran_mtp:
+        return 0
+    return 1 if layout(row)[1] > 1 else 3
 

@@ -99,12 +99,13 @@ def _metrics(rate, seed, fidelity, arrival, prompt_done, finish, output) -> Requ
 
 def disaggregated_metrics(res, rate: float, seed: int) -> RequestMetrics:
     """Per-request metrics of a disaggregated run (prefill/decode or attention/FFN): TTFT at
-    the end of the prefill, the finish of the decode (of the prefill for one-token outputs);
-    a request the engine rejected has TTFT ``inf``."""
+    the first token the client sees (:attr:`~serveplan.sim.loop_api.RunResult.first_token_times`),
+    the finish of the decode (of the prefill for one-token outputs); a request the engine
+    rejected has TTFT ``inf``."""
     from serveplan.sim.state import FINISHED_IGNORED
 
     p, dq = res.p_reqs, res.d_reqs
-    first = np.where(p.status == FINISHED_IGNORED, np.inf, p.t_first)
+    first = np.where(p.status == FINISHED_IGNORED, np.inf, res.first_token_times)
     finish = np.where(dq.output > 1, res.pd.t_finish, p.t_finish)
     return _metrics(rate, seed, "iteration", p.arrival, first, finish, dq.output)
 

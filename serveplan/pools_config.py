@@ -284,6 +284,11 @@ class _Boundary(_Frozen):
     prefill_hold: Seqs | None = Field(None, ge=0, description="Finished prefills whose KV an "
                                      "instance holds before admitting fewer (default 256).")
     decode_cost: Literal["oracle"] | FittedThroughputConfig = "oracle"
+    first_token: Literal["prefill", "decode"] | None = Field(
+        None, description="Where the client's first token comes from: the prefill's step, or "
+        "the decode instance as it starts decoding the request (the engines' disaggregated "
+        "serving; TTFT then counts the KV transfer). Default: decode when the pools name an "
+        "engine, else prefill.")
     sibyl: SibylConfig = SibylConfig()
 
     @model_validator(mode="after")

@@ -423,7 +423,17 @@ class ResolvedServing:
                        prefill_stage=d.prefill_stage, sibyl_delta=s.delta, sibyl_alpha=s.alpha,
                        sibyl_max_length=s.max_length, pending_capacity=s.pending_capacity,
                        prefill_hold=d.prefill_hold, sibyl_prior=prior,
-                       tie_break=s.tie_break)
+                       tie_break=s.tie_break, first_token=self.first_token_source)
+
+    @property
+    def first_token_source(self) -> str:
+        """Where a disaggregated request's first token comes from (the deployment's
+        ``first_token``; by default the decode instance when the pools name an engine, as
+        the engines' disaggregated serving streams it, else the prefill)."""
+        given = self.deployment.first_token
+        if given is not None:
+            return given
+        return "decode" if any(p.config.engine for p in self.pools) else "prefill"
 
     def describe(self) -> dict:
         """The resolved values as a JSON-able dict (a Dataset's ``resolved`` attribute)."""
@@ -446,6 +456,7 @@ class ResolvedServing:
             "assignment": d.assignment,
             "layerwise_transfer": d.layerwise_transfer,
             "prefill_stage": d.prefill_stage,
+            "first_token": self.first_token_source,
             "placement": d.placement,
             "kv_bytes_per_token": link.bytes_per_token,
             "kv_seconds_per_token": {"scale_up": link.seconds_per_token[0],

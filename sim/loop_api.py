@@ -40,7 +40,7 @@ from .lifecycle import World
 from .loop import run_loop
 from .params import check_capacity, clip_lengths
 from .pd_router import make_router_state
-from .pools import ROLE_NAMES, Handoff, Role, loop_role
+from .pools import FIRST_TOKEN_SOURCES, ROLE_NAMES, Handoff, Role, loop_role
 from .pyhook import run_with_python_policy
 from .recorder import make_rec
 from .runtime import F_FREE_AT, F_ON, FrontEnd, make_front, to_client_times
@@ -156,6 +156,17 @@ class RunResult:
         return self.world.hs
 
     @property
+    def first_token_times(self) -> np.ndarray:
+        """Each request's first token as the client sees it: the entry instance's, or for
+        a request that reached a decode instance that instance's (its prefill's token unless
+        ``Handoff.first_token`` is ``decode``)."""
+        first = self.reqs.t_first
+        if not self.disaggregated:
+            return first
+        n = len(first)
+        return np.where(np.isfinite(self.pd.t_join[:n]), self.d_reqs.t_first[:n], first)
+
+    @property
     def params(self):
         """Engine knobs of the first pool."""
         return self.pools[0].params
@@ -180,6 +191,9 @@ def _check_roles(pools, handoff: Handoff | None) -> str:
         if h.prefill_stage not in PREFILL_STAGES:
             raise ValueError(f"prefill_stage given an invalid value: {h.prefill_stage!r} "
                              f"(valid: {', '.join(PREFILL_STAGES)})")
+        if h.first_token not in FIRST_TOKEN_SOURCES:
+            raise ValueError(f"first_token given an invalid value: {h.first_token!r} "
+                             f"(valid: {', '.join(FIRST_TOKEN_SOURCES)})")
         if h.layerwise and h.assignment != "early":
             raise ValueError("layer-wise transfer needs early assignment (the decode instance "
                              "must be known when the prefill starts)")
@@ -414,6 +428,8 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     elif n:
         run_with_python_policy(world, policy)
     _raise_on_error(world.glob, n, max_steps)
+    if pd and h.first_token == "decode":
+        _first_token_from_decode(world.views[1], world.hs)
     to_client_times(world.fe, world.views, world.hs.t_finish)
     last = world.views[1] if pd else world.views[0]
     capped = (last.status == FINISHED_STOPPED) & (w.output < w.output_req)
@@ -421,6 +437,15 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     return RunResult(world=world, pools=pools, handoff=h, pool_of=lay.pool_of,
                      output_requested=w.output_req, ignored=w.ignored, router=str(router),
                      sessions=requests.sessions)
+
+
+def _first_token_from_decode(d_reqs, hs) -> None:
+    """The decode instance streams a request's first token as the request enters its
+    first decode step (``Handoff.first_token``); one-token outputs keep their prefill's."""
+    n = len(d_reqs.t_first)
+    start = hs.t_dec1[:n]
+    moved = np.isfinite(start) & (start > d_reqs.t_first)
+    d_reqs.t_first[moved] = start[moved]
 
 
 def _check_python_policy(policy, pools, pd: bool) -> None:

@@ -23,8 +23,8 @@ def run_pd(requests, prefill: PoolSpec, decode: PoolSpec, *, link: KVLink | None
            assignment: str = "early", layerwise: bool = False, prefill_stage: str = "engine",
            sibyl_delta: float = 128.0, sibyl_alpha: float = 0.99,
            sibyl_max_length: int | None = None, pending_capacity: int | None = None,
-           prefill_hold: int | None = None, record_steps: int = 1 << 16,
-           max_steps: int | None = None) -> RunResult:
+           prefill_hold: int | None = None, first_token: str = "prefill",
+           record_steps: int = 1 << 16, max_steps: int | None = None) -> RunResult:
     """Simulate ``requests`` on a disaggregated deployment.
 
     ``prefill`` and ``decode`` are the two pools (their ``role`` is set here; a decode pool
@@ -43,7 +43,8 @@ def run_pd(requests, prefill: PoolSpec, decode: PoolSpec, *, link: KVLink | None
     handoff = Handoff(router=router, assignment=assignment, layerwise=layerwise, link=link,
                       prefill_stage=prefill_stage, sibyl_delta=sibyl_delta,
                       sibyl_alpha=sibyl_alpha, sibyl_max_length=sibyl_max_length,
-                      pending_capacity=pending_capacity, prefill_hold=prefill_hold)
+                      pending_capacity=pending_capacity, prefill_hold=prefill_hold,
+                      first_token=first_token)
     pools = [replace(prefill, role=Role.PREFILL), replace(decode, role=Role.DECODE)]
     return run_pools(requests, pools, router=prefill_router, handoff=handoff,
                      record_steps=record_steps, max_steps=max_steps)

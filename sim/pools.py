@@ -143,6 +143,13 @@ class Handoff:
         How the decode router chooses among equally loaded instances.
     tie_seed : int
         Seed of the ``random`` tie-break.
+    first_token : {"prefill", "decode"}
+        Where the client's first token comes from: the prefill's step (its end is the TTFT),
+        or the decode instance, which streams it when the request enters its first decode
+        step -- as disaggregated engines serve it (vLLM's proxy drops the prefill's token
+        and the decode instance samples it again; SGLang's and TensorRT-LLM's decode side
+        emits the token it received with the KV), so TTFT counts the transfer and the wait
+        for a decode step.
     """
 
     router: str = "round-robin"
@@ -158,6 +165,10 @@ class Handoff:
     sibyl_prior: object = None
     tie_break: str = "rotation"
     tie_seed: int = 0
+    first_token: str = "prefill"
 
 
-__all__ = ["DOWNSTREAM_ROLES", "DPTokens", "Handoff", "PoolSpec", "ROLE_NAMES", "Role", "loop_role"]
+FIRST_TOKEN_SOURCES = ("prefill", "decode")
+
+__all__ = ["DOWNSTREAM_ROLES", "DPTokens", "FIRST_TOKEN_SOURCES", "Handoff", "PoolSpec",
+           "ROLE_NAMES", "Role", "loop_role"]

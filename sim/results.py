@@ -6,7 +6,8 @@ and ``instance`` (coordinates ``role`` -- colocated, prefill, decode -- and ``gp
 Per-request metrics (DESIGN.md conventions, seconds):
 
 * TTFT = first token time - arrival (a disaggregated request's first token is emitted by
-  its prefill); E2E = finish - arrival;
+  its prefill, or as its decode instance starts decoding it with ``first_token: decode``);
+  E2E = finish - arrival;
 * TPOT = (E2E - TTFT) / (output tokens - 1), NaN for one-token outputs;
 * queueing delay = first scheduled - arrival (on the entry instance);
 * ITL: the largest gap between consecutive tokens of a request (``itl_max_s``); the mean ITL
@@ -18,7 +19,7 @@ A disaggregated run adds the handoff's variables (:mod:`serveplan.sim.disagg`):
 ``kv_ready_s`` (prefill end, or its start with layer-wise transfer), ``transfer_start_s``
 (the decode instance admitted the pull), ``kv_arrival_s``, ``decode_start_s`` (its first
 decode step), ``kv_wait_s`` (transfer start - KV ready: backpressure), ``transfer_s``,
-``decode_queue_s`` (first decode step - first token), ``kv_bytes`` and
+``decode_queue_s`` (first decode step - prefill's token), ``kv_bytes`` and
 ``optimal_assignment`` / ``optimal_assignment_requests`` (1 if the pre-assigned decode
 instance had the least token occupancy / fewest decoding requests at the handoff; -1 if not
 checked); its ``routed_to`` is the decode instance's index within the decode pool.
@@ -80,7 +81,7 @@ def _request_record(res: RunResult) -> dict:
     decoded = np.isfinite(hs.t_join[:n])
     n_out = np.where(res.ignored, 0, np.where(decoded, d.n_out, np.minimum(p.n_out, 1)))
     return dict(req=p, n_out=n_out, status=d.status.copy(), routed=hs.d_of[:n].astype(np.int32),
-                first=p.t_first, finish=finish, itl_max=d.itl_max,
+                first=res.first_token_times, finish=finish, itl_max=d.itl_max,
                 n_preempt=p.n_preempt + d.n_preempt, routed_doc="decode instance (-1: none)",
                 queue_doc="prefill queueing delay", sched_doc="prefill start",
                 hit_doc="on the prefill instance at first admission")
@@ -138,7 +139,7 @@ def _handoff_vars(res: RunResult) -> dict:
                       {**S, "long_name": "wait for decode KV room (backpressure)"}),
         "transfer_s": (dim, hs.t_join[:n] - hs.t_xstart[:n], {**S, "long_name": "KV transfer"}),
         "decode_queue_s": (dim, hs.t_dec1[:n] - p.t_first,
-                           {**S, "long_name": "first token to first decode step"}),
+                           {**S, "long_name": "prefill's token to first decode step"}),
         "kv_bytes": (dim, np.where(decoded, p.prompt * per_token, 0.0), {"units": "B"}),
         "optimal_assignment": (dim, hs.opt_tok[:n], opt),
         "optimal_assignment_requests": (dim, hs.opt_req[:n], opt),

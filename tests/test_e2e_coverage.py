@@ -209,6 +209,24 @@ def test_disaggregated_rows_become_pd_pools(aic):
     assert [p["max_num_batched_tokens"] for p in vllm] == [1024 + 1500, 21]
 
 
+def test_sglang_dp_ranks_get_the_recorded_per_rank_batch(aic):
+    """The generator records batch sizes per attention-DP rank (a GB200 wide-EP decode
+    worker of 32 ranks, batch 128, serves 4096 clients); SGLang divides
+    --max-running-requests and --chunked-prefill-size by dp_size, so the flags are 32 x 128
+    = 4096 and 32 x 2496 (sglang.rule: isl + 1500 = 2524 in whole 64-token pages, 2496) and
+    each rank resolves to 128 and 2496 again. vLLM gives each rank the whole flag."""
+    row = _disagg(Role(4, 1, 1, 1, 4, 4), Role(1, 128, 1, 1, 32, 32), engine="sglang",
+                  model="deepseek-ai/DeepSeek-V3", system="gb200", concurrency=4096)
+    prefill, decode = deployment(row, aic)["pools"]
+    assert (decode["max_num_seqs"], decode["max_num_batched_tokens"]) == (4096, 32 * 2496)
+    assert (prefill["max_num_seqs"], prefill["max_num_batched_tokens"]) == (4, 4 * 2496)
+    ranks = [p.params for p in resolve_row(row, aic).pools]
+    assert [(k.max_num_seqs, k.max_num_batched_tokens) for k in ranks] == [(1, 2496),
+                                                                            (128, 2496)]
+    vllm = deployment(replace(row, engine="vllm"), aic)["pools"][1]
+    assert vllm["max_num_seqs"] == 128
+
+
 def test_disaggregated_refusals(aic):
     sharded = _disagg(Role(1, 1, 2, 1, 4, 4), Role(1, 8, 8, 1, 1, 1))  # moe_tp 2 under DP
     assert expressible(sharded, aic) is None

@@ -123,6 +123,40 @@ def test_dp_attention_workers_count_their_gpus_in_tp():
     assert layout(_row(system="gb200", tp=4, dp=4, ep=16)) == (4, 4, 16)  # no recipe
 
 
+def test_workers_counted_as_tp_times_ep_are_one_node():
+    """InferenceX-app stores a worker without a GPU count as ``tp x ep`` GPUs, so
+    dsr1_fp8_b200_trt.sh's ``--tp_size 8 --ep_size 8`` (8 GPUs) is exported as tp 64,
+    moe_tp 8, moe_ep 8 -- or attention_dp 64 with ``enable_attention_dp``; ``tp 4, ep 4`` as
+    16. More GPUs than the B200 node's 8 with tp x dp = moe_tp x moe_ep: ``moe_tp`` GPUs."""
+    from serveplan.e2e_recipes import layout
+
+    dsr1 = dict(engine="trtllm", model="deepseek-ai/DeepSeek-R1", precision="fp4")
+    assert layout(_row(**dsr1, tp=64, dp=1, moe_tp=8, ep=8)) == (8, 1, 8)
+    assert layout(_row(**dsr1, tp=1, dp=64, moe_tp=8, ep=8)) == (1, 8, 8)
+    assert layout(_row(**dsr1, tp=16, dp=1, moe_tp=4, ep=4)) == (4, 1, 4)
+    # eight GPUs recorded as such: as recorded (experts 2-way TP inside 4-way EP)
+    assert layout(_row(**dsr1, tp=8, dp=1, moe_tp=2, ep=4)) == (8, 1, 4)
+    assert layout(_row(**dsr1, tp=8, dp=1, moe_tp=8, ep=1)) == (8, 1, 1)
+
+
+@pytest.mark.parametrize("image, dp, depth", [
+    ("image=nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3", 1, 3),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3", 8, 1),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2", 1, 0),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2", 1, 0)])
+def test_mtp_runs_known_by_their_image(image, dp, depth, aic):
+    """nvidia-master.yaml runs release:1.2.0rc6.post3 only for dsr1-fp{4,8}-b200-trt-mtp,
+    whose scripts set num_nextn_predict_layers 3 (1 with attention DP); such rows are not
+    expressible (speculative decoding is modelled under vLLM's scheduler only)."""
+    from serveplan.e2e import MTP_REASON, expressible
+    from serveplan.e2e_recipes import mtp_depth
+
+    row = _row(engine="trtllm", model="deepseek-ai/DeepSeek-R1", tp=8 // dp, dp=dp, ep=dp,
+               moe_tp=8 // dp, source=f"db-dump/2026-04-27; config_id=1; {image}")
+    assert mtp_depth(row) == depth
+    assert (expressible(row, aic) == MTP_REASON) == (depth > 0)
+
+
 def test_trtllm_scripts_that_wait_for_batches():
     """dsr1_fp8_b200_trt.sh, 1k/1k from 64 clients: batch_wait_timeout_iters 40, ratio 0.8
     (not below 64 clients, not fp4, not 8k/1k); 70b_*_trt_slurm.sh, 1k/1k below TP 8: 20,

@@ -71,6 +71,26 @@ def test_handoff_times_by_hand_1p1d():
     np.testing.assert_allclose(t["finish_s"], [0.048, 0.053], **EXACT)
 
 
+def test_first_token_from_the_decode_instance():
+    """The same two requests with ``first_token="decode"``: each first token reaches the
+    client as its decode instance starts decoding it (A at 0.023, B at 0.043, the times
+    above), so TTFT counts the transfer and B's wait for a step boundary (A 0.023, B 0.043 -
+    0.010 = 0.033) while every other time stays; TPOT is one 5 ms step each. A one-token
+    request (C, arrives 0.100, prompt 100: prefill 0.100 -> 0.111) never decodes: its
+    prefill's token stands."""
+    req = Requests(np.array([0.0, 0.010, 0.100]), np.array([1000, 500, 100]),
+                   np.array([6, 3, 1]))
+    prefill, decode = _pools(16, 1)
+    ds = to_dataset(run_pd(req, prefill, decode, link=LINK, first_token="decode"))
+    t = _times(ds)
+    np.testing.assert_allclose(t["first_token_s"], [0.023, 0.043, 0.111], **EXACT)
+    np.testing.assert_allclose(ds["ttft_s"].values, [0.023, 0.033, 0.011], **EXACT)
+    np.testing.assert_allclose(t["finish_s"][:2], [0.048, 0.053], **EXACT)
+    np.testing.assert_allclose(ds["tpot_s"].values[:2], [0.005, 0.005], **EXACT)
+    with pytest.raises(ValueError, match="first_token given an invalid value"):
+        run_pd(req, prefill, decode, link=LINK, first_token="router")
+
+
 def _herd_requests():
     """A (arrives 0, prompt 1000, output 20) decodes on one instance; E (arrives 0.021,
     prompt 2000, output 1: it finishes at its prefill and never needs a decode instance)

@@ -262,3 +262,18 @@ def test_pd_pools_example_loads():
     assert [(p.role, p.gpu, p.count) for p in d.pools] == [("prefill", "h100", 2),
                                                            ("decode", "h200", 4)]
     assert cfg.workload.num_requests == 200
+
+
+@pytest.mark.parametrize("engine, given, want", [
+    (None, None, "prefill"), ("vllm", None, "decode"), ("vllm", "prefill", "prefill"),
+    (None, "decode", "decode")])
+def test_first_token_source_follows_the_engine(engine, given, want):
+    """Pools that name an engine stream the first token from the decode instance, as the
+    engines' disaggregated serving does (docs/engines.md); engine-less pools keep the
+    prefill's token; ``first_token`` overrides either."""
+    pools = [{**pool, **({"engine": engine} if engine else {})} for pool in PD_POOLS["pools"]]
+    dep = {**PD_POOLS, "pools": pools, **({"first_token": given} if given else {})}
+    resolved = resolve(dep)
+    assert resolved.first_token_source == want
+    assert resolved.handoff().first_token == want
+    assert resolved.describe()["first_token"] == want
