@@ -428,15 +428,21 @@ def run_pools(requests, pools, *, router="round-robin", handoff: Handoff | None 
     elif n:
         run_with_python_policy(world, policy)
     _raise_on_error(world.glob, n, max_steps)
-    if pd and h.first_token == "decode":
-        _first_token_from_decode(world.views[1], world.hs)
-    to_client_times(world.fe, world.views, world.hs.t_finish)
-    last = world.views[1] if pd else world.views[0]
-    capped = (last.status == FINISHED_STOPPED) & (w.output < w.output_req)
-    last.status[capped] = FINISHED_LENGTH_CAPPED
+    _client_outcome(world, h, w)
     return RunResult(world=world, pools=pools, handoff=h, pool_of=lay.pool_of,
                      output_requested=w.output_req, ignored=w.ignored, router=str(router),
                      sessions=requests.sessions)
+
+
+def _client_outcome(world, h: Handoff | None, w) -> None:
+    """A finished run's times and statuses as the client sees them: the first token's
+    source, the front end's delays, outputs cut short by the context."""
+    if h is not None and h.first_token == "decode":
+        _first_token_from_decode(world.views[1], world.hs)
+    to_client_times(world.fe, world.views, world.hs.t_finish)
+    last = world.views[1] if h is not None else world.views[0]
+    capped = (last.status == FINISHED_STOPPED) & (w.output < w.output_req)
+    last.status[capped] = FINISHED_LENGTH_CAPPED
 
 
 def _first_token_from_decode(d_reqs, hs) -> None:
