@@ -254,7 +254,7 @@ _PD = {
     "stats": ("mean", "median", "p99", "p99_9"),
     "latency": (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"),
                 ("queue", "prefill queueing"), ("kv_wait", "wait for decode admission"),
-                ("transfer", "KV transfer"), ("decode_queue", "first token → decode")),
+                ("transfer", "KV transfer"), ("decode_queue", "prefill end → decode start")),
 }
 
 
