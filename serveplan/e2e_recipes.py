@@ -29,8 +29,8 @@ from dataclasses import dataclass
 __all__ = ["MTP_IMAGES", "NODE_GPUS", "RECIPES", "Recipe", "layout", "model_family", "mtp_depth",
            "recipe_for", "recipe_knobs"]
 
-MAX_MODEL_LEN_PAD = 256
-NODE_GPUS = 8  # every recipe here is a single-node launch on an eight-GPU HGX board  # the sweep generator's max_model_len = isl + osl + 256
+MAX_MODEL_LEN_PAD = 256  # the sweep generator's max_model_len = isl + osl + 256
+NODE_GPUS = 8  # every recipe here is a single-node launch on an eight-GPU HGX board
 
 _FAMILIES = (("deepseek-r1", "dsr1"), ("deepseek-v3", "dsr1"), ("kimi-k2.5", "kimik2.5"),
              ("minimax-m2.5", "minimaxm2.5"), ("qwen3.5-397b", "qwen3.5"),
@@ -239,6 +239,7 @@ MTP_IMAGES = ("tensorrt-llm/release:1.2.0rc6.post3",)
 """Container images InferenceX ran only for its MTP variants (``dsr1-fp{4,8}-b200-trt-mtp``
 in ``.github/configs/nvidia-master.yaml``; the plain variants ran ``1.2.0rc6.post2``)."""
 
+
 def mtp_depth(row) -> int:
     """Draft tokens per step of ``row``'s MTP run (0: the row did not run MTP): the
     ``*_trt_mtp.sh`` scripts run three, one with attention DP."""
@@ -247,4 +248,3 @@ def mtp_depth(row) -> int:
     if not ran_mtp:
         return 0
     return 1 if layout(row)[1] > 1 else 3
-

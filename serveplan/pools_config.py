@@ -19,9 +19,9 @@ per-layer activation ping-pong between them, :mod:`serveplan.sim.afd_cost`). All
 the same model. The prefill/decode boundary takes the options of :class:`PDDeployment`
 (``assignment``, ``layerwise_transfer``, ``placement``, ``kv_link_bw``,
 ``kv_link_latency_s``, ``kv_connector``, ``prefill_stage``, ``prefill_hold``,
-``decode_cost``, ``first_token``, ``sibyl``); ``router`` is the colocated router (``round-robin``,
-``least-outstanding-tokens``, ``least-requests``) or the prefill router (``least-loaded``,
-``round-robin``), by architecture.
+``decode_cost``, ``first_token``, ``sibyl``); ``router`` is the colocated router
+(``round-robin``, ``least-outstanding-tokens``, ``least-requests``) or the prefill router
+(``least-loaded``, ``round-robin``), by architecture.
 
 The older forms stay valid: :class:`Deployment` (one colocated pool, ``architecture:
 colocated``) and :class:`PDDeployment` (``architecture: pd`` with ``prefill`` and

@@ -16,9 +16,9 @@ from its instance's step series (a decode pool's instance for a disaggregated ru
 tokens after the first are emitted at the ends of the last ``output tokens - 1`` steps of
 that instance up to its finish (a request decodes in every step from its admission or
 join to its finish; a preemption's stall shows as one long gap), each delayed as its last
-token is (the front end's output time: the last token reaches the client at finish). Where there are fewer
-such steps (multi-step bursts, a decimated step series), the request's gaps are taken as
-equal (its TPOT) and the count of such requests is reported.
+token is (the front end's output time: the last token reaches the client at finish).
+Where there are fewer such steps (multi-step bursts, a decimated step series), the
+request's gaps are taken as equal (its TPOT) and the count of such requests is reported.
 """
 
 from __future__ import annotations
