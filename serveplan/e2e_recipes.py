@@ -17,8 +17,9 @@ Approximated: the scripts as they stand at that commit (the rows span November 2
 2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
 rows the old ``70b_*_slurm.sh`` flags; not modelled: the SGLang / TensorRT-LLM CUDA-graph
 batch limits and speculative decoding (the MTP
-variants are separate scripts, and the rows do not say which ran). Rows on GB200 / GB300
-(multi-node launches) have no recipe here.
+variants are separate scripts; the rows do not say which ran, but the TensorRT-LLM image
+InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 / GB300 (multi-node
+launches) have no recipe here.
 """
 
 from __future__ import annotations
