@@ -34,6 +34,11 @@ from serveplan.sim.runtime import FrontEnd, StepRuntime
 from .specs import SpecError
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+DP_SHARED_LIMITS = ("sglang",)
+"""Engines whose running-request and chunk limits are server-wide, divided among the
+attention-DP ranks (SGLang's ``max_running_requests`` and ``chunked_prefill_size`` under
+``--enable-dp-attention``: ``TpModelWorker``, ``ServerArgs``); vLLM and TensorRT-LLM give
+every rank the whole limit."""
 SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
                         "trtllm-max-utilization"]
 
@@ -200,5 +205,5 @@ def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib:
     return EngineRuntime(engine, version or f"{entry.min}+", entry, defaults, prof.terms)
 
 
-__all__ = ["ENGINE_NAMES", "EngineRuntime", "KnobDefaults", "RuntimeProfile", "RuntimeTerms",
+__all__ = ["DP_SHARED_LIMITS", "ENGINE_NAMES", "EngineRuntime", "KnobDefaults", "RuntimeProfile", "RuntimeTerms",
            "VersionEntry", "engine_runtime", "load_runtime_profile", "parse_version"]

@@ -25,8 +25,10 @@ dumps) are refused: their deployment cannot be rebuilt.
 
 from __future__ import annotations
 
+from serveplan.estimator.runtime import DP_SHARED_LIMITS
+
 __all__ = ["DP_DISPATCH", "TRTLLM_BLOCK", "disagg_pools", "disagg_reason", "layout_reason",
-           "moe_fields", "token_budget"]
+           "moe_fields", "server_wide", "token_budget"]
 
 TRTLLM_BLOCK = 32
 """TensorRT-LLM's ``tokens_per_block`` in the generator's rule (budgets are multiples)."""
@@ -88,10 +90,9 @@ def disagg_reason(row) -> str | None:
 
 def server_wide(engine: str, per_rank: int, dp: int) -> int:
     """The server flag that gives each of ``dp`` attention-DP ranks ``per_rank`` (the
-    generator records batch sizes and budgets per rank): SGLang divides
-    ``--max-running-requests`` and ``--chunked-prefill-size`` among its DP ranks, vLLM and
-    TensorRT-LLM give every rank the whole value."""
-    return per_rank * max(dp, 1) if engine == "sglang" else per_rank
+    generator records batch sizes and budgets per rank; the engines that divide a flag
+    among their ranks: :data:`~serveplan.estimator.runtime.DP_SHARED_LIMITS`)."""
+    return per_rank * max(dp, 1) if engine in DP_SHARED_LIMITS else per_rank
 
 
 def disagg_pools(row, base: dict) -> dict:

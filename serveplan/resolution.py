@@ -23,7 +23,7 @@ from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
 from serveplan.estimator.oracle import CostOracle
-from serveplan.estimator.runtime import EngineRuntime, engine_runtime
+from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
 from serveplan.estimator.specs import Parallelism
 from serveplan.pools_config import (
     MAX_BLOCKS,
@@ -213,11 +213,10 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
 
 
 def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: int = 1) -> int:
-    """One attention data-parallel rank's share of a server-wide limit: SGLang divides
-    ``max_running_requests`` and ``chunked_prefill_size`` by ``dp_size`` under
-    ``--enable-dp-attention`` (``TpModelWorker``, ``ServerArgs``; a chunk kept to whole
-    pages of ``page`` tokens); vLLM and TensorRT-LLM give every rank the whole limit."""
-    if rt is None or rt.engine != "sglang" or d.dp == 1:
+    """One attention data-parallel rank's share of a server-wide limit
+    (:data:`~serveplan.estimator.runtime.DP_SHARED_LIMITS`; a chunk kept to whole pages of
+    ``page`` tokens)."""
+    if rt is None or rt.engine not in DP_SHARED_LIMITS or d.dp == 1:
         return value
     return max(page, value // d.dp // page * page)
 
