@@ -34,7 +34,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .hybrid_memory import sglang_linear_reserve, sglang_swa_tokens, state_bytes
+from .hybrid_memory import (
+    sglang_linear_reserve,
+    sglang_state_request_cap,
+    sglang_swa_tokens,
+    state_bytes,
+)
 from .memory import (
     GIB,
     KVBudget,
@@ -179,7 +184,9 @@ def plan_sglang(setup: Setup, *, mem_fraction_static: float | None = None, page_
 
     return finish_plan(setup, budget, block_size=page_size, num_blocks=capacity // page_size,
                        kv_tokens=capacity, worst=worst, refit=refit,
-                       hybrid=_hybrid_fields(setup, worst, slots, "SGLang", capacity))
+                       hybrid=_hybrid_fields(setup, worst, slots, "SGLang", capacity,
+                                             sglang_state_request_cap(slots,
+                                                                      not disable_radix_cache)))
 
 
 def _sglang_states(setup: Setup, budget: KVBudget, max_running_requests: int | None,
@@ -189,16 +196,17 @@ def _sglang_states(setup: Setup, budget: KVBudget, max_running_requests: int | N
     if not setup.model.num_linear_layers:
         return budget, 0
     reserved = [sglang_linear_reserve(setup.model, setup.par.tp, st, budget.available(s),
-                                      max_running_requests, radix_cache)
+                                      max_running_requests, radix_cache, dp=setup.par.dp)
                 for s, st in enumerate(setup.kinds)]
     charged = tuple(c + r for c, (r, _) in zip(budget.charged, reserved, strict=True))
     return replace(budget, charged=charged), min(n for _, n in reserved)
 
 
 def _hybrid_fields(setup: Setup, worst: int, slots: int, engine: str,
-                   tokens: int) -> dict | None:
+                   tokens: int, request_cap: int = 0) -> dict | None:
     """The plan's hybrid fields for SGLang / TensorRT-LLM (``slots``: requests the state
-    pool holds, 0 without one; ``tokens``: the KV capacity)."""
+    pool holds, 0 without one; ``tokens``: the KV capacity; ``request_cap``: the running
+    requests the state pool allows, 0: no cap of its own)."""
     st = setup.kinds[worst] if setup.kinds else None
     if st is None or not (st.sliding or st.linear):
         return None
@@ -206,7 +214,8 @@ def _hybrid_fields(setup: Setup, worst: int, slots: int, engine: str,
              if st.sliding else f"{st.full} full + {st.linear} linear-state")
     return dict(kv_groups=f"{engine}: {kinds} layers on the worst stage",
                 state_bytes_per_request=state_bytes(setup.model, setup.par.tp) * st.linear,
-                max_concurrent_requests=min(slots or tokens, tokens // setup.max_len))
+                max_concurrent_requests=min(slots or tokens, tokens // setup.max_len),
+                state_request_cap=request_cap)
 
 
 # ---------------------------------------------------------------------------- TensorRT-LLM

@@ -36,8 +36,11 @@ off for these models (0.10 – 0.11), is not modelled for their window and state
 
 **SGLang** (``model_runner``: ``handle_max_mamba_cache``, ``set_num_tokens_hybrid_swa``):
 linear layers take ``max_running_requests`` states when the radix cache is off (512
-without a cap), else ``mamba_full_memory_ratio / (1 + ratio)`` of the KV budget; the full
-layers share the rest. Sliding-window layers get ``swa_full_tokens_ratio`` (0.8) as many
+without a cap; both split among attention-DP ranks), else ``mamba_full_memory_ratio /
+(1 + ratio)`` of the KV budget; the full layers share the rest. The state pool also caps
+the requests that run at once (``init_memory_pool``: ``max_num_reqs = min(max_num_reqs,
+max_mamba_cache_size // ratio)``, ratio 1 without the radix cache, 3 with it:
+:func:`sglang_state_request_cap`). Sliding-window layers get ``swa_full_tokens_ratio`` (0.8) as many
 tokens as full ones from the budget of all attention layers; the window pool is taken as
 never the binding one.
 
@@ -58,7 +61,7 @@ from .specs import ModelSpec
 
 __all__ = ["StageLayers", "VLLMHybrid", "stage_layers", "vllm_hybrid", "vllm_hybrid_plan",
            "state_bytes",
-           "sglang_linear_reserve", "sglang_swa_tokens", "HYBRID_GROUP_SPREAD"]
+           "sglang_linear_reserve", "sglang_state_request_cap", "sglang_swa_tokens", "HYBRID_GROUP_SPREAD"]
 
 HYBRID_GROUP_SPREAD = 1.25
 """vLLM groups all layers of a kind together when the kinds' counts differ by less."""
@@ -68,6 +71,9 @@ SWA_FULL_TOKENS_RATIO = 0.8
 """SGLang's default ``swa_full_tokens_ratio`` (window-pool tokens over full-pool tokens)."""
 SGLANG_MAMBA_DEFAULT = 512
 """SGLang's state slots without the radix cache and without ``max_running_requests``."""
+SGLANG_STATES_PER_REQUEST_RADIX = 3
+"""SGLang's ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``: state slots per running request
+with the radix cache on (one without it)."""
 
 
 @dataclass(frozen=True)
@@ -213,17 +219,25 @@ def vllm_hybrid_plan(setup, budget, block_size: int, max_num_seqs: int,
 # --------------------------------------------------------------------------------- SGLang
 def sglang_linear_reserve(model: ModelSpec, tp: int, st: StageLayers, available: float,
                           max_running_requests: int | None, radix_cache: bool,
-                          ratio: float = MAMBA_FULL_MEMORY_RATIO) -> tuple[float, int]:
+                          ratio: float = MAMBA_FULL_MEMORY_RATIO, dp: int = 1
+                          ) -> tuple[float, int]:
     """``(bytes, requests)``: the memory SGLang gives the linear layers' states on one stage
-    and the request slots that makes."""
+    and the request slots that makes (``max_running_requests``: one attention-DP rank's
+    share, None when not given: SGLang's 512 split among the ``dp`` ranks)."""
     per_request = state_bytes(model, tp) * st.linear
     if not per_request:
         return 0.0, 0
     if radix_cache:
         slots = int(max(available, 0.0) * ratio / (1 + ratio) // per_request)
     else:
-        slots = max_running_requests or SGLANG_MAMBA_DEFAULT
+        slots = max_running_requests or max(SGLANG_MAMBA_DEFAULT // max(dp, 1), 1)
     return slots * per_request, slots
+
+
+def sglang_state_request_cap(slots: int, radix_cache: bool) -> int:
+    """Requests SGLang lets run at once with ``slots`` linear-attention states (0: no state
+    pool, no cap)."""
+    return slots // (SGLANG_STATES_PER_REQUEST_RADIX if radix_cache else 1)
 
 
 def sglang_swa_tokens(tokens_all_layers: int, st: StageLayers,

@@ -77,6 +77,7 @@ class MemoryPlan:
     kv_groups: str = ""  # how the engine lays the layer kinds out
     state_bytes_per_request: float = 0.0  # linear layers' fixed state, one rank
     max_concurrent_requests: int = 0  # of max_model_len tokens (0: not computed)
+    state_request_cap: int = 0  # running requests the state pool allows (0: no cap of its own)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -199,12 +199,19 @@ def recipe_for(row) -> Recipe | None:
 
 def recipe_knobs(row) -> dict | None:
     """The pool fields of ``row``'s recipe (None: no recipe): its flags, prefix caching off,
-    no mixed chunks, ``max_model_len = isl + osl + 256``."""
+    no mixed chunks, ``max_model_len = isl + osl + 256``.
+
+    A recipe's fixed running-request cap is its sweep's top concurrency ("capped so KV
+    memory is not reserved for requests that never run", ``dsr1_fp8_b200.sh``); a row
+    measured with more clients than the cap ran the script before it was pinned, so it
+    keeps the engine's own limit."""
     rc = recipe_for(row)
     if rc is None:
         return None
     knobs = {"enable_prefix_caching": False, "max_model_len": row.isl + row.osl + MAX_MODEL_LEN_PAD,
              **rc.knobs(row)}
+    if knobs.get("max_num_seqs", row.concurrency) < row.concurrency:
+        del knobs["max_num_seqs"]
     if row.engine == "sglang":
         knobs["enable_mixed_chunk"] = False
     return knobs

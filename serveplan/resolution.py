@@ -128,9 +128,10 @@ def _engine_memory_knobs(engine: str, d: InstanceConfig, mnbt: int, block_size: 
     only where the user set one (else the engine's own default)."""
     fraction = (d.gpu_memory_utilization if "gpu_memory_utilization" in d.model_fields_set
                 else None)
-    if engine == "sglang":
+    if engine == "sglang":  # SGLang sizes its state pool by the cap only when one is given
+        given = max_num_seqs if "max_num_seqs" in d.model_fields_set else None
         return {"mem_fraction_static": fraction, "chunked_prefill_size": mnbt,
-                "max_running_requests": max_num_seqs,
+                "max_running_requests": given,
                 "disable_radix_cache": not prefix_caching}
     if engine == "trtllm":
         return {"free_gpu_memory_fraction": fraction, "tokens_per_block": block_size,
@@ -250,6 +251,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs,
                                     rt.engine if rt is not None else "vllm", weights_role,
                                     bool(_knob(d, "enable_prefix_caching", rt)))
+    if memory is not None and memory.get("state_request_cap"):
+        max_num_seqs = min(max_num_seqs, memory["state_request_cap"])
     spec = resolve_speculative(d.speculative, oracle, d, max_num_seqs)
     if spec is not None and memory is not None and memory.get("engine") == "vllm":
         num_blocks = kv_blocks_with_drafter(memory, spec, oracle.model)

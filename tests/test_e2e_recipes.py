@@ -39,7 +39,7 @@ def test_minimax_fp8_vllm_script():
 
 
 @pytest.mark.parametrize("tp,conc,want", [
-    (4, 64, dict(max_num_seqs=32, max_num_batched_tokens=8192, gpu_memory_utilization=0.95,
+    (4, 32, dict(max_num_seqs=32, max_num_batched_tokens=8192, gpu_memory_utilization=0.95,
                  scheduler_recv_interval=10)),
     (8, 8, dict(max_num_seqs=128, max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
                 scheduler_recv_interval=10)),
@@ -53,6 +53,19 @@ def test_deepseek_fp8_sglang_script_follows_tp_and_concurrency(tp, conc, want):
     knobs = recipe_knobs(row)
     assert {k: knobs[k] for k in want} == want
     assert knobs["enable_mixed_chunk"] is False
+
+
+def test_rows_above_a_pinned_cap_keep_the_engines_limit():
+    """dsr1_fp8_b200.sh pins TP8 to 128 running requests "so KV memory is not reserved for
+    requests that never run" (its sweep's top concurrency): a row measured with 256 or 512
+    clients ran the script before the pin and keeps SGLang's own limit; 128 clients keep
+    the pin."""
+    def knobs(conc):
+        return recipe_knobs(_row(engine="sglang", model="deepseek-ai/DeepSeek-R1", tp=8,
+                                 concurrency=conc))
+    assert knobs(128)["max_num_seqs"] == 128
+    assert "max_num_seqs" not in knobs(256) and "max_num_seqs" not in knobs(512)
+    assert knobs(512)["max_num_batched_tokens"] == 32768
 
 
 def test_deepseek_trtllm_budget():

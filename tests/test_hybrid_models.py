@@ -175,6 +175,43 @@ def test_sglang_linear_states_by_hand():
     assert plan.max_concurrent_requests == min(32, plan.kv_tokens // 16384)
 
 
+def test_sglang_state_pool_without_a_cap_and_the_cap_it_sets():
+    """SGLang 0.5 (``handle_max_mamba_cache``, ``init_memory_pool``): without the radix
+    cache and without --max-running-requests the state pool holds 512 requests (512 // dp
+    per attention-DP rank), and ``max_num_reqs = min(max_num_reqs, slots // 1)``; with the
+    radix cache the pool takes 0.9 / 1.9 of the KV budget and runs slots // 3 requests."""
+    kw = dict(max_model_len=16384)
+    off = plan_engine_memory("sglang", "qwen3.5-397b-a17b", "b200", Parallelism(tp=8),
+                             disable_radix_cache=True, **kw)
+    rest = off.budget_bytes - off.weights_bytes
+    assert off.kv_tokens == math.floor((rest - 512 * 45 * 533504) / (15 * 1024))
+    assert off.state_request_cap == 512
+    on = plan_engine_memory("sglang", "qwen3.5-397b-a17b", "b200", Parallelism(tp=8),
+                            disable_radix_cache=False, **kw)
+    slots = int(rest * 0.9 / 1.9 // (45 * 533504))
+    assert on.state_request_cap == slots // 3
+    dense = plan_engine_memory("sglang", "llama-3.1-8b", "b200", Parallelism(tp=1), **kw)
+    assert dense.state_request_cap == 0
+
+
+def test_sglang_hybrid_instance_runs_at_most_its_state_slots():
+    """An SGLang pool of Qwen3.5 without a running-request cap: the planner sizes the state
+    pool for SGLang's 512 (not the simulator's default 1024) and the instance runs at most
+    512 requests; a given cap sizes the pool and stays the limit."""
+    from serveplan.resolution import resolve
+
+    pool = {"role": "colocated", "model": "qwen3.5-397b-a17b", "gpu": "b200", "tp": 8,
+            "engine": "sglang", "max_model_len": 16384, "enable_prefix_caching": False}
+    inst = resolve({"pools": [pool]}).pools[0].instance
+    plan = plan_engine_memory("sglang", "qwen3.5-397b-a17b", "b200", Parallelism(tp=8),
+                              max_model_len=16384, disable_radix_cache=True,
+                              chunked_prefill_size=inst.params.max_num_batched_tokens)
+    assert inst.params.max_num_seqs == 512
+    assert inst.memory["kv_tokens"] == plan.kv_tokens
+    capped = resolve({"pools": [{**pool, "max_num_seqs": 64}]}).pools[0].instance
+    assert capped.params.max_num_seqs == 64 and capped.memory["state_request_cap"] == 64
+
+
 def test_simulator_gets_the_full_attention_tokens():
     """The loop counts one full-attention group in blocks of its own size (16): it gets the
     planner's full-attention token capacity in those blocks."""
