@@ -239,6 +239,14 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
                               f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
 
 
+def as_shipped(rows, unfitted, fitted, full) -> np.ndarray:
+    """Each row as its engine's profile ships: held out with fitted terms where the engine's
+    terms ship, unfitted where they do not (the ship decision itself reads the held-out
+    errors of :func:`held_out_check`, one yes/no per engine)."""
+    ships = np.array([bool(full.get(r.engine, {}).get("fitted")) for r in rows])
+    return np.where(ships[:, None], fitted, unfitted)
+
+
 def write_profiles(full: dict, stamp: str) -> None:
     for engine, info in full.items():
         path = PROFILES / f"{engine}.json"
@@ -365,6 +373,7 @@ def main() -> None:
                                    args.jobs)
         held_out_check(ok, preds["engine_unfitted"], fitted, full)
         preds["engine_fitted_lomo"] = fitted
+        preds["as_shipped"] = as_shipped(ok, preds["engine_unfitted"], fitted, full)
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
