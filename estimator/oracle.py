@@ -20,6 +20,7 @@ from serveplan.kernels import roofline as K
 from .catalog import resolve_gpu, resolve_model
 from .correctors import MOE_KERNEL_DTYPE, Runtime, Static, find_table, packed_factors
 from .ops import (
+    MOD_ATTN,
     MODULE_DISPATCH_KEY,
     MODULE_NAMES,
     MODULE_SECTIONS,
@@ -61,10 +62,16 @@ class Breakdown:
     time_s: float
     bound: str
     cuda_graph: bool
+    graph_mode: str = "eager"  # eager | full | piecewise
 
     def as_dict(self) -> dict:
         return {"time_s": self.time_s, "bound": self.bound, "cuda_graph": self.cuda_graph,
-                "modules": self.modules}
+                "graph_mode": self.graph_mode, "modules": self.modules}
+
+
+GRAPH_MODES = ("eager", "full", "piecewise")
+"""Names of :data:`serveplan.kernels.roofline.GRAPH_NONE` / ``GRAPH_FULL`` /
+``GRAPH_PIECEWISE``."""
 
 
 class CostOracle:
@@ -83,6 +90,9 @@ class CostOracle:
         i.e. the activations' unless it ships fp8 KV scales).
     cuda_graph
         Pure-decode steps replay a captured graph (batch padded to a capture size).
+    piecewise_cuda_graph
+        Mixed steps up to the largest capture size run as piecewise graphs around eager
+        attention (vLLM V1's torch.compile default; padded to a capture size); else eager.
     profile
         A :class:`Profile`, a path to a profile JSON, or None for the GPU's shipped one.
     max_num_seqs
@@ -102,7 +112,8 @@ class CostOracle:
                  dtype: str | Quantization | None = None, kv_dtype: str | None = None,
                  cuda_graph: bool = True, profile: Profile | str | Path | None = None,
                  max_num_seqs: int = 256, correctors: bool = True,
-                 moe_routing: MoERouting | dict | None = None, decode_query_len: int = 1):
+                 moe_routing: MoERouting | dict | None = None, decode_query_len: int = 1,
+                 piecewise_cuda_graph: bool = False):
         self.model: ModelSpec = resolve_model(model)
         self.gpu: GPUSpec = resolve_gpu(gpu)
         self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
@@ -113,6 +124,7 @@ class CostOracle:
         else:
             self.profile = load_profile(self.gpu.name, profile)
         self.cuda_graph = cuda_graph
+        self.piecewise_cuda_graph = bool(cuda_graph and piecewise_cuda_graph)
         self.table: OpTable = build_ops(self.model, self.parallel, dtype, kv_dtype,
                                         self.profile.attention_impl,
                                         self.routing.redundant_experts)
@@ -156,6 +168,7 @@ class CostOracle:
                 value *= self.model.norms_per_layer / 2.0
             mods[j, K.M_DISPATCH] = value
             mods[j, K.M_SECTION] = MODULE_SECTIONS[j]
+            mods[j, K.M_SPLIT] = 1.0 if j == MOD_ATTN else 0.0  # eager between graph pieces
         return mods
 
     def _params(self) -> np.ndarray:
@@ -167,7 +180,7 @@ class CostOracle:
         prm[K.P_EP] = par.ep
         prm[K.P_MOE_TOKENS] = par.dp
         prm[K.P_MOE_LOAD] = self.moe_load
-        prm[K.P_GRAPH] = 1.0 if self.cuda_graph else 0.0
+        prm[K.P_GRAPH] = 2.0 if self.piecewise_cuda_graph else float(self.cuda_graph)
         prm[K.P_GRAPH_LAUNCH] = prof.graph_launch_s
         prm[K.P_STEP_OVERHEAD] = prof.step_overhead_s
         prm[K.P_TILE] = prof.flash_tile
@@ -331,7 +344,9 @@ class CostOracle:
         gpu_total = 0.0
         for j, name in enumerate(MODULE_NAMES):
             reps = layers if MODULE_SECTIONS[j] == K.SECTION_LAYER else 1.0
-            disp = 0.0 if graph else self.mods[j, K.M_DISPATCH] * reps
+            eager = graph == K.GRAPH_NONE or (graph == K.GRAPH_PIECEWISE
+                                              and self.mods[j, K.M_SPLIT] > 0)
+            disp = self.mods[j, K.M_DISPATCH] * reps if eager else 0.0
             rows.append({"name": name, "dispatch_s": disp, "compute_s": comp[j] * reps,
                          "comm_s": comm[j] * reps})
             disp_total += disp
@@ -340,7 +355,8 @@ class CostOracle:
             bound = "dispatch"
         else:
             bound = self._gpu_bound(q, c)
-        return Breakdown(rows, float(total), bound, bool(graph))
+        return Breakdown(rows, float(total), bound, graph != K.GRAPH_NONE,
+                         GRAPH_MODES[int(graph)])
 
     def _gpu_bound(self, q, c) -> str:
         """'compute' or 'memory': which roofline side dominates the GPU time of the step."""
@@ -385,6 +401,7 @@ class CostOracle:
             "dtype": self.weight_dtype,
             "kv_dtype": self.kv_dtype,
             "cuda_graph": self.cuda_graph,
+            **({"piecewise_cuda_graph": True} if self.piecewise_cuda_graph else {}),
             "profile": self.profile.name,
             **({"moe_routing": self.routing.model_dump(), "moe_load_factor": self.moe_load}
                if self.model.is_moe else {}),

@@ -106,6 +106,9 @@ class VersionEntry(BaseModel):
     scheduler: SchedulerName
     async_scheduling: bool = False
     num_scheduler_steps: int = Field(1, ge=1)
+    piecewise_cuda_graph: bool = Field(
+        False, description="mixed steps up to the largest CUDA-graph capture size run as "
+                           "piecewise graphs around eager attention (vLLM V1's torch.compile)")
     defaults: KnobDefaults = KnobDefaults()
     large_gpu_defaults: KnobDefaults | None = Field(
         None, description="overrides on GPUs with >= large_gpu_min_gib of memory")

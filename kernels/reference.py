@@ -214,11 +214,12 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes, q_decode
     verify = (q > 1) & (q <= q_decode)
     T, R = q.sum(), float(np.where(verify, q, 1.0).sum())
     pure_decode = bool(np.all(q <= q_decode))
-    graph = False
-    if pure_decode and prm[K.P_GRAPH] > 0:
+    graph = K.GRAPH_NONE
+    if prm[K.P_GRAPH] > 0 and (pure_decode or prm[K.P_GRAPH] > 1):
         fits = graph_sizes[graph_sizes >= T]
         if fits.size:
-            graph, T, R = True, float(fits[0]), float(fits[0])
+            T = float(fits[0])
+            graph, R = (K.GRAPH_FULL, T) if pure_decode else (K.GRAPH_PIECEWISE, R)
     phase = K.PHASE_DECODE if pure_decode else K.PHASE_PREFILL
     n_mod = mods.shape[0]
     comp, comm = _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod, q_decode)
@@ -228,11 +229,14 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes, q_decode
     layer = [j for j in range(n_mod) if sections[j] == K.SECTION_LAYER]
     order += layer * int(prm[K.P_LAYERS])
     order += [j for j in range(n_mod) if sections[j] == K.SECTION_POST]
-    d = prm[K.P_GRAPH_LAUNCH] if graph else 0.0
+    launch = prm[K.P_GRAPH_LAUNCH]
+    d = 0.0 if graph == K.GRAPH_NONE else launch
     f = d
     for j in order:
-        if not graph:
+        if graph == K.GRAPH_NONE:
             d += mods[j, K.M_DISPATCH]
+        elif graph == K.GRAPH_PIECEWISE and mods[j, K.M_SPLIT] > 0:
+            d += mods[j, K.M_DISPATCH] + launch  # eager attention, then the next piece
         f = max(f, d) + comp[j] + comm[j]
     if prm[K.P_PP] > 1:
         f += (prm[K.P_PP] - 1) * (prm[K.P_P2P_LAT] + prm[K.P_P2P_BYTES] * T / prm[K.P_P2P_BW])

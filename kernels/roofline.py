@@ -80,8 +80,11 @@ F_GEMM, F_ATTN, F_ELEM, F_MOE, F_COMM = range(5)
 N_FAMILIES = 5
 FAMILY_NAMES = ("gemm", "attention", "elementwise", "moe", "comm")
 # --- module table columns ------------------------------------------------------------
-M_DISPATCH, M_SECTION = range(2)
-N_MOD_COLS = 2
+M_DISPATCH, M_SECTION, M_SPLIT = range(3)
+N_MOD_COLS = 3
+# M_SPLIT: 1.0 for a module piecewise CUDA graphs leave out (attention runs eagerly between
+# the pieces). A pass runs eagerly, as one graph, or as piecewise graphs (combine).
+GRAPH_NONE, GRAPH_FULL, GRAPH_PIECEWISE = 0, 1, 2
 SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
 # --- parameter vector --------------------------------------------------------------
 (
@@ -91,7 +94,8 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_EP,  # expert-parallel group size (all-to-all size)
     P_MOE_TOKENS,  # dp: one rank's experts see the tokens of all dp (equally loaded) ranks
     P_MOE_LOAD,  # routed load of the busiest EP rank over the mean (>= 1; 1 = balanced)
-    P_GRAPH,  # 1.0: pure-decode steps run as one captured CUDA graph
+    P_GRAPH,  # 1.0: pure-decode steps run as one captured CUDA graph; 2.0: and mixed steps
+    #           up to the largest capture size as piecewise graphs (GRAPH_PIECEWISE)
     P_GRAPH_LAUNCH,  # CPU time to launch one graph replay
     P_STEP_OVERHEAD,  # CPU time per engine step outside the forward pass
     P_TILE,  # FlashAttention query tile (rows)
@@ -362,18 +366,20 @@ def combine(comp, comm, mods, prm, graph):
     ``f_j = max(f_{j-1}, d_j) + g_j``. For the ``L`` identical layers the per-layer map
     on the lag ``e = f - d`` is ``e' = max(e + G - D, K - D)`` (G, D: the layer's GPU and
     dispatch totals; K: the max over modules of dispatch-before plus GPU-after), whose
-    L-fold iterate is ``max(e + L(G-D), (K-D) + (L-1) max(G-D, 0))``. With ``graph`` the
-    whole pass is one graph launch and modules carry no dispatch of their own.
-    Returns the seconds of one forward pass through all layers.
+    L-fold iterate is ``max(e + L(G-D), (K-D) + (L-1) max(G-D, 0))``. ``graph``
+    (``GRAPH_*``): a full graph is one launch and no module dispatches; piecewise graphs
+    launch one piece before the first layer and one after each split module (attention),
+    which alone dispatches. Returns the seconds of one forward pass through all layers.
     """
     L = prm[P_LAYERS]
-    d = prm[P_GRAPH_LAUNCH] if graph else 0.0
+    launch = prm[P_GRAPH_LAUNCH]
+    d = 0.0 if graph == GRAPH_NONE else launch
     f = d
     # pre-layer modules
     for j in range(mods.shape[0]):
         if mods[j, M_SECTION] != SECTION_PRE:
             continue
-        if not graph:
+        if graph == GRAPH_NONE:
             d += mods[j, M_DISPATCH]
         f = (f if f > d else d) + comp[j] + comm[j]
     # repeated layers, closed form
@@ -383,8 +389,10 @@ def combine(comp, comm, mods, prm, graph):
     for j in range(mods.shape[0]):
         if mods[j, M_SECTION] != SECTION_LAYER:
             continue
-        if not graph:
+        if graph == GRAPH_NONE:
             D += mods[j, M_DISPATCH]
+        elif graph == GRAPH_PIECEWISE and mods[j, M_SPLIT] > 0.0:
+            D += mods[j, M_DISPATCH] + launch
         g = comp[j] + comm[j]
         # K = max_j (D_cum_j + G_suffix_j) = max_j (D_cum_j - G_prefix_{j-1}) + G
         cand = D - G
@@ -405,19 +413,17 @@ def combine(comp, comm, mods, prm, graph):
     for j in range(mods.shape[0]):
         if mods[j, M_SECTION] != SECTION_POST:
             continue
-        if not graph:
+        if graph == GRAPH_NONE:
             d += mods[j, M_DISPATCH]
         f = (f if f > d else d) + comp[j] + comm[j]
     return f
 
 
 @njit(cache=True)
-def _graph_size(n_tokens, sizes):
-    """Smallest capture size >= n_tokens (sizes ascending), or -1 if none is that large."""
-    k = np.searchsorted(sizes, n_tokens)
-    if k >= sizes.shape[0]:
-        return -1.0
-    return sizes[k]
+def _graphs_run(prm, pure_decode):
+    """Whether a step of this kind may replay CUDA graphs (full for pure decodes, piecewise
+    for mixed steps when ``prm[P_GRAPH] == 2``)."""
+    return prm[P_GRAPH] > 0.0 and (pure_decode or prm[P_GRAPH] > 1.0)
 
 
 @njit(cache=True)
@@ -431,9 +437,8 @@ def _graph_index(n_tokens, sizes):
 def _finish(comp, comm, mods, prm, graph, T):
     """Forward pass + pipeline sends + per-step engine overhead.
 
-    One batch crosses the ``pp`` stages one after another, so its latency is every layer
-    in sequence plus ``pp - 1`` activation sends (a pipelined engine overlaps *different*
-    batches; that is the simulator's business, not one step's cost).
+    One batch crosses the ``pp`` stages one after another: every layer in sequence plus
+    ``pp - 1`` activation sends (overlapping *different* batches is the simulator's job).
     """
     pp = prm[P_PP]
     fwd = combine(comp, comm, mods, prm, graph)
@@ -445,7 +450,7 @@ def _finish(comp, comm, mods, prm, graph, T):
 
 @njit(cache=True)
 def step_costs(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, comp, comm):
-    """Fill per-module ``comp``/``comm`` for one mixed step; return (T, R, graph flag).
+    """Fill per-module ``comp``/``comm`` for one mixed step; return (T, R, graph mode).
 
     Scratch arrays ``agg`` (n_ops × N_AGG), ``comp`` and ``comm`` (n_modules) are caller-owned
     so that a scheduler loop allocates nothing per step.
@@ -463,7 +468,8 @@ def step_costs_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, c
     token and ``k`` draft tokens to be verified: it stays in the decode attention class,
     every one of its query tokens gets a logit row (the target scores each draft), and a
     step of decodes only is a CUDA-graph step padded to the capture size >= its tokens.
-    ``q_decode = 1`` is the step without speculation.
+    ``q_decode = 1`` is the step without speculation. A piecewise-graph mixed step pads
+    its tokens to a capture size too (attention and logit rows stay as scheduled).
     """
     T = 0.0
     R = 0.0
@@ -474,13 +480,12 @@ def step_costs_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, c
         if q > q_decode:
             pure_decode = False
         R += q if 1.0 < q <= q_decode else 1.0  # verify rows score every query token
-    graph = False
-    if pure_decode and prm[P_GRAPH] > 0.0:
-        padded = _graph_size(T, graph_sizes)
-        if padded > 0.0:
-            graph = True
-            T = padded
-            R = padded
+    graph = GRAPH_NONE
+    k = _graph_index(T, graph_sizes) if _graphs_run(prm, pure_decode) else -1
+    if k >= 0:
+        T = graph_sizes[k]
+        graph = GRAPH_FULL if pure_decode else GRAPH_PIECEWISE
+        R = T if pure_decode else R
     tile = prm[P_TILE]
     for r in range(ops.shape[0]):
         basis = int(ops[r, C_BASIS])
@@ -559,7 +564,6 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
     cache_comp = np.zeros((n_sizes, n_mod))
     cache_comm = np.zeros((n_sizes, n_mod))
     cached = np.zeros(n_sizes, dtype=np.bool_)
-    use_graph = prm[P_GRAPH] > 0.0
     for k in range(batch.shape[0]):
         B = float(batch[k])
         q = float(new_tokens[k])
@@ -569,9 +573,9 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
             continue
         T = B * q
         pure_decode = q <= 1.0
-        gi = _graph_index(T, graph_sizes) if pure_decode and use_graph else -1
+        gi = _graph_index(T, graph_sizes) if _graphs_run(prm, pure_decode) else -1
         _uniform_aggregates(B, q, c, pure_decode, ops, prm[P_TILE], agg)
-        if gi >= 0:
+        if gi >= 0 and pure_decode:
             T = graph_sizes[gi]
             if not cached[gi]:
                 for j in range(n_mod):
@@ -587,7 +591,10 @@ def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_siz
                     comp[j] = cache_comp[gi, j]
                     comm[j] = cache_comm[gi, j]
             add_row_times(T, T, PHASE_DECODE, agg, ops, prm, comp, comm, True)
+            mode = GRAPH_FULL
         else:
+            mode = GRAPH_PIECEWISE if gi >= 0 else GRAPH_NONE
+            T = graph_sizes[gi] if gi >= 0 else T
             phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
             module_times(T, B, phase, agg, ops, prm, comp, comm)
-        out[k] = _finish(comp, comm, mods, prm, gi >= 0, T)
+        out[k] = _finish(comp, comm, mods, prm, mode, T)

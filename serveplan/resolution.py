@@ -231,8 +231,9 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     rt = _engine_runtime(d)
     max_num_seqs = _dp_rank_share(rt, d, _knob(d, "max_num_seqs", rt))
     oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
-                        dtype=instance_dtype(d), kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph, profile=d.profile,
-                        max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
+                        dtype=instance_dtype(d), kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph,
+                        piecewise_cuda_graph=rt is not None and rt.entry.piecewise_cuda_graph,
+                        profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0))
     max_len = d.max_model_len or oracle.model.max_position_embeddings
