@@ -169,44 +169,72 @@ def group_table(rows, preds: dict[str, np.ndarray]) -> list[dict]:
 
 
 def osl_slopes(rows, preds) -> list[dict]:
-    """TTFT change from osl 1024 to 8192 at fixed engine, model, tp, isl and concurrency."""
-    index = {(r.engine, r.model, r.tp, r.isl, r.concurrency, r.osl): k for k, r in
-             enumerate(rows)}
+    """TTFT change from osl 1024 to 8192 at fixed engine, model, system, agg tp, isl and
+    concurrency (a repeated measurement: the last one)."""
+    index = {(r.engine, r.model, r.system, r.tp, r.isl, r.concurrency, r.osl): k
+             for k, r in enumerate(rows) if r.mode == "agg"}
     out = []
-    for (e, m, tp, isl, c, osl), k in index.items():
-        k2 = index.get((e, m, tp, isl, c, 8192))
+    for (e, m, system, tp, isl, c, osl), k in index.items():
+        k2 = index.get((e, m, system, tp, isl, c, 8192))
         if osl != 1024 or k2 is None:
             continue
-        row = {"engine": e, "model": m, "tp": tp, "isl": isl, "concurrency": c,
-               "measured": rows[k2].ttft_ms - rows[k].ttft_ms}
+        row = {"engine": e, "model": m, "system": system, "tp": tp, "isl": isl,
+               "concurrency": c, "measured": rows[k2].ttft_ms - rows[k].ttft_ms}
         for name, p in preds.items():
             row[name] = float(p[k2, 0] - p[k, 0])
         out.append(row)
     return out
 
 
-def best_tp(rows, preds) -> dict:
-    """Per (engine, model, isl, osl, concurrency): is the TP with the highest output tokens/s
-    per GPU (closed loop: c * osl / (TTFT + (osl - 1) TPOT) / tp) the measured best?"""
+def _role_gpus(role) -> int:
+    return role.tp * role.pp * max(role.dp, 1)
+
+
+def agg_layout(r) -> tuple[str, int]:
+    """An agg row's tensor-parallel size and its GPUs."""
+    return f"tp {r.tp}", r.tp * r.pp
+
+
+def pd_layout(r) -> tuple[str, int]:
+    """A disaggregated row's split (prefill and decode workers x GPUs) and its GPUs."""
+    p, d = r.prefill, r.decode
+    label = f"{p.workers}x{_role_gpus(p)}P + {d.workers}x{_role_gpus(d)}D"
+    return label, p.workers * _role_gpus(p) + d.workers * _role_gpus(d)
+
+
+def best_layout(rows, preds, mode: str, layout) -> dict:
+    """Per (engine, model, system, isl, osl, concurrency) among ``mode`` rows with two or
+    more layouts (``layout(row) -> (label, gpus)``): is the layout with the highest output
+    tokens/s per GPU (closed loop: c * osl / (TTFT + (osl - 1) TPOT) / gpus) the
+    measured best (``agree``), and is the one with the shortest request (TTFT + (osl - 1)
+    TPOT) the measured fastest (``fastest``)? At fixed concurrency the first is mostly
+    decided by the GPU counts; the second is not."""
     groups = defaultdict(list)
     for k, r in enumerate(rows):
-        groups[(r.engine, r.model, r.isl, r.osl, r.concurrency)].append(k)
+        if r.mode == mode:
+            groups[(r.engine, r.model, r.system, r.isl, r.osl, r.concurrency)].append(k)
 
     def per_gpu(k, ttft, tpot):
         r = rows[k]
-        return r.concurrency * r.osl / ((ttft + (r.osl - 1) * tpot) / 1e3) / (r.tp * r.pp)
+        return r.concurrency * r.osl / ((ttft + (r.osl - 1) * tpot) / 1e3) / layout(r)[1]
+
+    def request_s(k, ttft, tpot):
+        return ttft + (rows[k].osl - 1) * tpot
+
+    def same(score, p, idx):
+        meas = max(idx, key=lambda k: score(k, rows[k].ttft_ms, rows[k].tpot_ms))
+        return layout(rows[meas])[0] == layout(rows[max(idx, key=lambda k: score(k, *p[k]))])[0]
 
     result = {}
     for name, p in preds.items():
-        agree = total = 0
+        agree = fastest = total = 0
         for idx in groups.values():
-            if len({rows[k].tp for k in idx}) < 2 or not np.isfinite(p[idx]).all():
+            if len({layout(rows[k])[0] for k in idx}) < 2 or not np.isfinite(p[idx]).all():
                 continue
-            meas_best = max(idx, key=lambda k: per_gpu(k, rows[k].ttft_ms, rows[k].tpot_ms))
-            pred_best = max(idx, key=lambda k: per_gpu(k, *p[k]))
-            agree += rows[meas_best].tp == rows[pred_best].tp
+            agree += same(per_gpu, p, idx)
+            fastest += same(lambda k, a, b: -request_s(k, a, b), p, idx)
             total += 1
-        result[name] = {"agree": agree, "groups": total}
+        result[name] = {"agree": agree, "fastest": fastest, "groups": total}
     return result
 
 
@@ -273,6 +301,7 @@ def _command(args) -> str:
             + (" --no-fit" if args.no_fit else "")
             + (" --write-profiles" if args.write_profiles else "")
             + (" --reuse" if args.reuse else "")
+            + (" --report-only" if args.report_only else "")
             + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
 
@@ -335,6 +364,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reuse", action="store_true",
                     help="take settings (a) and (b) from the previous NAME_rows.csv (same "
                          "data and client) and redo only the fits")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rebuild the report from the previous run's NAME_rows.csv and "
+                         "NAME.json (its predictions and fits): no simulation, no fit")
     ap.add_argument("--out", default="accuracy_e2e",
                     help="report name in bench/results (NAME.md, NAME.json, NAME_rows.csv)")
     return ap
@@ -342,38 +374,59 @@ def _parser() -> argparse.ArgumentParser:
 
 def _predict_settings(args, ok, resolved) -> dict:
     rows_csv = HERE / "results" / f"{args.out}_rows.csv"
-    if args.reuse:
-        return read_rows_csv(rows_csv, ok, ("gpu_only", "engine_unfitted"))
+    if args.reuse or args.report_only:
+        names = ("gpu_only", "engine_unfitted") + (("engine_fitted_lomo",)
+                                                     if args.report_only else ())
+        return read_rows_csv(rows_csv, ok, names)
+    resolved = resolved[0]
     return {"gpu_only": predict_all(ok, resolved, "gpu", args.jobs, args.data),
             "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.jobs)}
+
+
+def resolve_all(rows, data) -> tuple[list, list]:
+    """Every row's resolved deployment, each distinct one resolved once, and each row's
+    oracle prefill of one mean prompt (:func:`prefill_seconds`)."""
+    first, which = unique_runs(rows)
+    resolved_u = [resolve_row(rows[k], data) for k in first]
+    pre_u = [prefill_seconds(rows[k], res) for k, res in zip(first, resolved_u, strict=True)]
+    return [resolved_u[w] for w in which], [pre_u[w] for w in which]
+
+
+def _fits(args, ok, preds, results: Path, resolved) -> tuple[list, dict]:
+    """The leave-one-model-out fits (adding settings (c) and (d) to ``preds``); with
+    ``--report-only`` the earlier run's fits and predictions, read back."""
+    if args.no_fit:
+        return [], {}
+    if args.report_only:
+        prev = json.loads((results / f"{args.out}.json").read_text())
+        folds, full = prev["folds"], prev["profiles"]
+    else:
+        resolved, prefill_s = resolved
+        layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers,
+                                   prefill_s, args.jobs)
+        held_out_check(ok, preds["engine_unfitted"], fitted, full)
+        preds["engine_fitted_lomo"] = fitted
+    preds["as_shipped"] = as_shipped(ok, preds["engine_unfitted"],
+                                     preds["engine_fitted_lomo"], full)
+    return folds, full
 
 
 def main() -> None:
     ap = _parser()
     args = ap.parse_args()
-    if args.no_fit and args.write_profiles:
-        ap.error("--write-profiles needs the fits: drop --no-fit")
+    if (args.no_fit or args.report_only) and args.write_profiles:
+        ap.error("--write-profiles needs this run's fits: drop --no-fit / --report-only")
     t0 = time.time()
     rows = load_rows(args.data / "silicon_blackwell.csv")
     reasons = Counter(expressible(r, args.data) or "expressible" for r in rows)
     ok = [r for r in rows if expressible(r, args.data) is None]
-    first, which = unique_runs(ok)
-    resolved_u = [resolve_row(ok[k], args.data) for k in first]
-    resolved = [resolved_u[w] for w in which]
-    layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
-    pre_u = [prefill_seconds(ok[k], res) for k, res in zip(first, resolved_u, strict=True)]
-    prefill_s = [pre_u[w] for w in which]
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
+    resolved = None if args.report_only else resolve_all(ok, args.data)
     preds = _predict_settings(args, ok, resolved)
     results = HERE / "results"
     write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)  # --reuse after a stop
-    folds, full = [], {}
-    if not args.no_fit:
-        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers, prefill_s,
-                                   args.jobs)
-        held_out_check(ok, preds["engine_unfitted"], fitted, full)
-        preds["engine_fitted_lomo"] = fitted
-        preds["as_shipped"] = as_shipped(ok, preds["engine_unfitted"], fitted, full)
+    folds, full = _fits(args, ok, preds, results, resolved)
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
@@ -383,13 +436,19 @@ def main() -> None:
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
         "repeat_spread": repeat_spread(ok),
         "groups": group_table(ok, preds), "osl_slopes": osl_slopes(ok, preds),
-        "best_tp": best_tp(ok, preds), "folds": folds,
+        "best_tp": best_layout(ok, preds, "agg", agg_layout),
+        "best_pd_split": best_layout(ok, preds, "disagg", pd_layout), "folds": folds,
         "profiles": {e: {k: (v.model_dump() if isinstance(v, RuntimeTerms) else v)
                          for k, v in info.items()} for e, info in full.items()},
         "overall": {name: {"ttft_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 0]))),
                            "tpot_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 1])))}
                     for name, p in preds.items()},
     }
+    if args.report_only:  # the predictions are the earlier run's: so is its provenance
+        prev = json.loads((results / f"{args.out}.json").read_text())
+        report.update(command=prev["command"].split(" (report rebuilt")[0]
+                      + f" (report rebuilt: {report['command']})",
+                      date=prev["date"], seconds=prev["seconds"])
     (results / f"{args.out}.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
     write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)
     from accuracy_e2e_report import write_markdown

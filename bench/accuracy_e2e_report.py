@@ -77,11 +77,20 @@ def _profiles(report) -> list[str]:
     return lines
 
 
+def _agreement(result: dict) -> str:
+    if not result:
+        return "- not computed in this run"
+    return "\n".join(f"- {NAMES[k]}: best per GPU {v['agree']}, fastest request "
+                     f"{v.get('fastest', '-')} of {v['groups']} groups"
+                     for k, v in result.items())
+
+
 def _slopes(report) -> list[str]:
-    lines = ["| engine | model | tp | isl | concurrency | measured ms | (a) | (b) | (c) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| engine | model | system | tp | isl | concurrency | measured ms | (a) | (b) | "
+             "(c) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in report["osl_slopes"]:
-        lines.append(f"| {s['engine']} | {s['model']} | {s['tp']} | {s['isl']} | "
+        lines.append(f"| {s['engine']} | {s['model']} | {s.get('system', '-')} | {s['tp']} | "
+                     f"{s['isl']} | "
                      f"{s['concurrency']} | {s['measured']:.0f} | {s['gpu_only']:.0f} | "
                      f"{s['engine_unfitted']:.0f} | {_ms(s.get('engine_fitted_lomo'))} |")
     return lines
@@ -107,21 +116,23 @@ def _notes(path: Path) -> str:
     return notes.read_text().strip()
 
 
+def _reasons(cov: dict) -> str:
+    return "\n".join(f"- {n:,} rows: {r}" for r, n in
+                     sorted(cov["reasons"].items(), key=lambda kv: -kv[1]))
+
+
 def write_markdown(report: dict, path: Path) -> None:
     cov = report["coverage"]
-    reasons = "\n".join(f"- {n:,} rows: {r}" for r, n in sorted(
-        cov["reasons"].items(), key=lambda kv: -kv[1]))
-    best = "\n".join(f"- {NAMES[k]}: {v['agree']} of {v['groups']} groups" for k, v in
-                     report["best_tp"].items())
+    reasons = _reasons(cov)
+    best, split = (_agreement(report.get(key, {})) for key in ("best_tp", "best_pd_split"))
     text = f"""# End-to-end accuracy against measured deployments
 
 Command: `{report['command']}` ({report['date']}, {report['seconds']} s). Data:
 `e2e/aic_silicon_blackwell`: means of TTFT and TPOT of the client that measured each row
 (InferenceX's: 10 requests per client from a burst, lengths uniform on [0.8 L, L];
-`serveplan.e2e.row_client`; why this client and not its SOURCE.md's aiperf medians:
-`docs/validate.md`). Error =
-predicted / measured - 1. Settings: {'; '.join(NAMES.values())} (each model predicted by
-terms fitted on the engine's other models).
+`serveplan.e2e.row_client`; why not its SOURCE.md's aiperf medians: `docs/validate.md`).
+Error = predicted / measured - 1. Settings: {'; '.join(NAMES.values())} (each model
+predicted by terms fitted on the engine's other models).
 
 ## Repeated measurements
 
@@ -153,8 +164,20 @@ A closed-loop client waits for its previous request, so TTFT depends on the outp
 
 {chr(10).join(_slopes(report))}
 
-## Does the best tensor-parallel size per GPU match the measured best?
+## Does the layout serveplan ranks best per GPU match the measured best?
+
+Per engine, model, system, isl, osl and concurrency with two or more layouts measured:
+is the layout with the most output tokens/s per GPU by prediction the measured best, and
+is the one with the shortest request (TTFT + (osl - 1) TPOT) the measured fastest? At a
+fixed concurrency the first is mostly decided by the GPU counts, which both sides share;
+the second tests the predictions.
+
+Tensor-parallel size (agg rows):
 
 {best}
+
+Prefill / decode split (disaggregated rows: workers x GPUs of each role):
+
+{split}
 """
     path.write_text(text)
