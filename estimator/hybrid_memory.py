@@ -40,9 +40,9 @@ without a cap; both split among attention-DP ranks), else ``mamba_full_memory_ra
 (1 + ratio)`` of the KV budget; the full layers share the rest. The state pool also caps
 the requests that run at once (``init_memory_pool``: ``max_num_reqs = min(max_num_reqs,
 max_mamba_cache_size // ratio)``, ratio 1 without the radix cache, 3 with it:
-:func:`sglang_state_request_cap`). Sliding-window layers get ``swa_full_tokens_ratio`` (0.8) as many
-tokens as full ones from the budget of all attention layers; the window pool is taken as
-never the binding one.
+:func:`sglang_state_request_cap`). Sliding-window layers get ``swa_full_tokens_ratio``
+(0.8) as many tokens as full ones from the budget of all attention layers; the window
+pool is taken as never the binding one.
 
 **TensorRT-LLM**: the recurrent states of ``max_batch_size`` requests are set aside
 (``MambaHybridCacheManager``) and the KV pool serves the full-attention layers; sliding
@@ -60,8 +60,8 @@ from .linear_attention import linear_state_bytes
 from .specs import ModelSpec
 
 __all__ = ["StageLayers", "VLLMHybrid", "stage_layers", "vllm_hybrid", "vllm_hybrid_plan",
-           "state_bytes",
-           "sglang_linear_reserve", "sglang_state_request_cap", "sglang_swa_tokens", "HYBRID_GROUP_SPREAD"]
+           "state_bytes", "sglang_linear_reserve", "sglang_state_request_cap",
+           "sglang_swa_tokens", "HYBRID_GROUP_SPREAD"]
 
 HYBRID_GROUP_SPREAD = 1.25
 """vLLM groups all layers of a kind together when the kinds' counts differ by less."""
