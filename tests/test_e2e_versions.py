@@ -36,3 +36,20 @@ def test_a_dynamo_tag_recorded_for_trtllm_means_the_pytorch_backend():
 def test_nightly_builds_take_the_newest_entry():
     assert engine_version("sglang", "nightly-dev-20260216-d3bae71e", "2026-02-20") is None
     assert engine_version("vllm", "0.19.0", "2026-04-03") == "0.19.0"
+
+
+def test_vllm_batch_defaults_follow_the_gpu_class():
+    """vllm/engine/arg_utils.py get_batch_defaults (0.9 on, API server): 1024 sequences and
+    8192 batched tokens on GPUs of 70 GiB or more that are not A100s, 256 / 2048 otherwise;
+    the 0.8 entry has no GPU rule (256 / 2048 everywhere)."""
+    from serveplan.estimator.runtime import engine_runtime
+
+    def limits(version, gpu, gib):
+        d = engine_runtime("vllm", version, gpu, gib).defaults
+        return d["max_num_seqs"], d["max_num_batched_tokens"]
+
+    assert limits("0.11.0", "h100", 79.6) == (1024, 8192)
+    assert limits("0.19.0", "b200", 179.1) == (1024, 8192)
+    assert limits("0.11.0", "a100-80gb", 79.3) == (256, 2048)  # excluded by name
+    assert limits("0.11.0", "l40s", 44.4) == (256, 2048)  # under 70 GiB
+    assert limits("0.8.5", "h100", 79.6) == (256, 2048)
