@@ -124,9 +124,11 @@ def check_invariants(requests, res):
         assert total == expected
 
 
-# derandomize: the same 120 scenarios on every machine (one run of the suite stalled in
-# this test's compiled loop and the scenario was not recovered; fixed draws keep CI
-# reproducible while it is looked for)
+# derandomize: the same 120 scenarios on every machine. Random draws can hit a scenario
+# the h2q-br policy never finishes (hypothesis seed 160: 2 instances, 23 closed-loop
+# requests at concurrency 4, max_num_seqs 2, 55 blocks of 4 tokens -- one request's peak;
+# vllm-v1 and skip-join-mlfq finish it at 6.1 s after 24-25 preemptions): a livelock of
+# its ranking under preemption, open, which would hang this test rather than fail it.
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           derandomize=True)
 @given(scenarios())
