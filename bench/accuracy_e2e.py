@@ -392,13 +392,12 @@ def resolve_all(rows, data) -> tuple[list, list]:
     return [resolved_u[w] for w in which], [pre_u[w] for w in which]
 
 
-def _fits(args, ok, preds, results: Path, resolved) -> tuple[list, dict]:
+def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     """The leave-one-model-out fits (adding settings (c) and (d) to ``preds``); with
-    ``--report-only`` the earlier run's fits and predictions, read back."""
+    ``--report-only`` the earlier run's (``prev``: its report) fits and predictions."""
     if args.no_fit:
         return [], {}
-    if args.report_only:
-        prev = json.loads((results / f"{args.out}.json").read_text())
+    if prev is not None:
         folds, full = prev["folds"], prev["profiles"]
     else:
         resolved, prefill_s = resolved
@@ -425,8 +424,10 @@ def main() -> None:
     resolved = None if args.report_only else resolve_all(ok, args.data)
     preds = _predict_settings(args, ok, resolved)
     results = HERE / "results"
+    prev = (json.loads((results / f"{args.out}.json").read_text()) if args.report_only
+            else None)  # the run whose predictions --report-only reports
     write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)  # --reuse after a stop
-    folds, full = _fits(args, ok, preds, results, resolved)
+    folds, full = _fits(args, ok, preds, prev, resolved)
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
@@ -444,8 +445,7 @@ def main() -> None:
                            "tpot_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 1])))}
                     for name, p in preds.items()},
     }
-    if args.report_only:  # the predictions are the earlier run's: so is its provenance
-        prev = json.loads((results / f"{args.out}.json").read_text())
+    if prev is not None:  # the predictions are the earlier run's: so is its provenance
         report.update(command=prev["command"].split(" (report rebuilt")[0]
                       + f" (report rebuilt: {report['command']})",
                       date=prev["date"], seconds=prev["seconds"])
