@@ -8,9 +8,13 @@ does not fit, no admission after a preemption. The order is one ranking of runni
 waiting requests together (Frontier, Appendix B.3: "Rank Running ∪ Waiting"), walked
 front to back: a waiting request ranked above a running one is admitted before that one
 continues, so a short answer prefill can take the budget ahead of a long running prefill.
-On block shortage the lowest-ranked running request not yet scheduled is preempted
-(vLLM's priority policy preempts its lowest priority); requests admitted in the same pass
-are never victims.
+On block shortage a running request is preempted as vLLM's priority policy preempts one
+(the largest ``(priority, arrival)``, taking back its tokens if it was already scheduled in
+this pass): the largest (class, arrival), where the class is H2Q-BR's queue or MLFQ's
+level. The order of service (ties broken by size, decode before prefill, the release and
+liveness picks) is not the order of preemption: were it, two requests whose ranks swap
+from step to step could preempt each other forever, each losing its prefill to the other.
+Within a class the older request always keeps its blocks, so it progresses.
 
 Skip-join MLFQ (FastServe, Wu et al. 2023, §4.1; ``skip-join-mlfq``)
     ``K`` queues with quanta ``Q0 * 2**j`` tokens (FastServe doubles the quantum per
@@ -238,29 +242,74 @@ def account_last_batch(inst, reqs, ss, i):
 
 # ------------------------------------------------------------------------ batch builder
 @sim_jit
-def _run_one(pool, inst, reqs, knobs, glob, i, idx, nr, budget):
-    """vLLM v1's rule for running request ``inst.run[i, idx]``, preempting the lowest-ranked
-    unscheduled running request (position ``nr - 1``) on block shortage, possibly itself.
-    Returns ``(budget left, running requests still ranked, preempted any, stop)``."""
-    r = inst.run[i, idx]
-    num_new = _cap_new_tokens(knobs, i, num_tokens(reqs, r) - reqs.computed[r], budget)
-    if num_new <= 0:
-        return budget, nr, False, False
-    preempted = False
-    while not allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new):
-        victim = nr - 1
-        preempt_at(pool, inst, reqs, knobs, glob, i, victim,
-                   reqs.computed[inst.run[i, victim]], True)
-        nr -= 1
-        preempted = True
-        if victim == idx:
-            return budget, nr, True, True
-    add_to_batch(inst, reqs, i, r, num_new)
-    return budget - num_new, nr, preempted, False
+def _preempt_class(ss, r, policy):
+    """``r``'s class in the preemption order: H2Q-BR's queue (``QS`` before ``QL``; the
+    bounded-release and liveness picks keep their queue), skip-join MLFQ's level."""
+    if policy == POLICY_H2Q_BR:
+        return ss.q[r]  # classified by the ranking pass of this step
+    return mlfq_level(ss, r)
 
 
 @sim_jit
-def build_ranked(pool, inst, reqs, knobs, glob, ss, i, now):
+def _victim(inst, reqs, ss, i, policy):
+    """Position of the running request preempted on block shortage: the largest (class,
+    arrival, id), as vLLM's priority policy takes the largest (priority, arrival)."""
+    best, best_c, best_a, best_r = -1, 0, 0.0, -1
+    for j in range(inst.ist[i, I_NRUN]):
+        r = inst.run[i, j]
+        c, a = _preempt_class(ss, r, policy), reqs.arrival[r]
+        if best < 0 or c > best_c or (c == best_c and (a > best_a or (a == best_a and r > best_r))):
+            best, best_c, best_a, best_r = j, c, a, r
+    return best
+
+
+@sim_jit
+def _unschedule(inst, reqs, i, r):
+    """Take ``r``'s tokens out of the step being built; returns how many there were."""
+    bn = inst.ist[i, I_BATCH]
+    for j in range(bn):
+        if inst.b_req[i, j] == r:
+            n = inst.b_new[i, j]
+            for k in range(j, bn - 1):
+                inst.b_req[i, k] = inst.b_req[i, k + 1]
+                inst.b_new[i, k] = inst.b_new[i, k + 1]
+                inst.b_ctx[i, k] = inst.b_ctx[i, k + 1]
+            inst.ist[i, I_BATCH] = bn - 1
+            reqs.computed[r] -= n
+            return n
+    return 0
+
+
+@sim_jit
+def _run_one(pool, inst, reqs, knobs, glob, ss, i, idx, nr, budget, policy):
+    """vLLM v1's rule for running request ``inst.run[i, idx]``; on block shortage the
+    running request last in the preemption order (:func:`_victim`) is preempted, even one
+    scheduled earlier in this pass (its tokens are taken back, as vLLM's priority policy
+    does), possibly the request itself. Returns ``(budget left, next position, original
+    running requests left, preempted any, stop)``."""
+    r = inst.run[i, idx]
+    num_new = _cap_new_tokens(knobs, i, num_tokens(reqs, r) - reqs.computed[r], budget)
+    if num_new <= 0:
+        return budget, idx + 1, nr, False, False
+    preempted = False
+    while not allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new):
+        v = _victim(inst, reqs, ss, i, policy)
+        victim = inst.run[i, v]
+        budget += _unschedule(inst, reqs, i, victim)
+        preempt_at(pool, inst, reqs, knobs, glob, i, v, reqs.computed[victim], True)
+        preempted = True
+        if v < nr:
+            nr -= 1
+        if victim == r:
+            return budget, idx, nr, True, True
+        if v < idx:
+            idx -= 1
+    add_to_batch(inst, reqs, i, r, num_new)
+    return budget - num_new, idx + 1, nr, preempted, False
+
+
+@sim_jit
+def build_ranked(pool, inst, reqs, knobs, glob, ss, i, now, policy):
     """Walk the ranked running and waiting requests front to back with vLLM v1's rules."""
     budget = knobs[i, K_MAX_TOKENS]
     chunked = knobs[i, K_CHUNKED] != 0
@@ -271,12 +320,12 @@ def build_ranked(pool, inst, reqs, knobs, glob, ss, i, now):
         if head >= 0 and not waiting_visible(inst, reqs, i, head):
             head = -1
         if idx < nr and (head < 0 or ss.pos[inst.run[i, idx]] < ss.pos[head]):
-            budget, nr, pre, stop = _run_one(pool, inst, reqs, knobs, glob, i, idx, nr, budget)
+            budget, idx, nr, pre, stop = _run_one(pool, inst, reqs, knobs, glob, ss, i, idx, nr,
+                                                  budget, policy)
             if pre:
                 admitting = False  # vLLM v1 admits nothing in a step that preempted
             if stop:
                 break
-            idx += 1
         elif head >= 0:
             left = admit_head(pool, inst, reqs, knobs, glob, i, budget, now, chunked, False)
             if left < 0:
@@ -298,7 +347,7 @@ def schedule_any(w, reqs, i, now):
     inst.ist[i, I_BATCH] = 0
     account_last_batch(inst, reqs, ss, i)
     rank_queues(inst, reqs, ss, i, policy)
-    build_ranked(w.pool, inst, reqs, w.knobs, w.glob, ss, i, now)
+    build_ranked(w.pool, inst, reqs, w.knobs, w.glob, ss, i, now, policy)
     ss.last_bn[i] = inst.ist[i, I_BATCH]
     return inst.ist[i, I_BATCH]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serveplan.sim.engine import EngineParams
+from serveplan.sim.engine import AffineStepCost, EngineParams, Router, run_engine
 from serveplan.sim.kvcache import make_pool
 from serveplan.sim.session_policies import (
     account_last_batch,
@@ -36,6 +36,7 @@ from serveplan.sim.state import (
     reserve_blocks,
     wq_push_back,
 )
+from serveplan.sim.workload import Requests
 
 KNOBS = SchedulerKnobs()  # Q0 = 256, K = 8; C = 8192, L = 4096, B = 64
 
@@ -203,7 +204,83 @@ def test_ranked_builder_puts_a_short_answer_before_a_running_long_prefill():
     # first) would give C all 8192 and A nothing this step.
     reqs, inst, ss, knobs, pool, glob = _builder(Policy.H2Q_BR)
     rank_queues(inst, reqs, ss, 0, POLICY_H2Q_BR)
-    build_ranked(pool, inst, reqs, knobs, glob, ss, 0, 4.0)
+    build_ranked(pool, inst, reqs, knobs, glob, ss, 0, 4.0, POLICY_H2Q_BR)
     n = inst.ist[0, I_BATCH]
     assert [(int(inst.b_req[0, j]), int(inst.b_new[0, j])) for j in range(n)] == \
         [(A, 256), (C, 7936)]
+
+
+def _give_blocks(pool, inst, reqs, knobs, r, tokens):
+    slot = inst.free_slots[0, inst.ist[0, I_NSLOT] - 1]
+    inst.ist[0, I_NSLOT] -= 1
+    reqs.slot[r] = slot
+    assert reserve_blocks(pool, inst, reqs, knobs, 0, r, tokens)
+    reqs.computed[r] = tokens
+
+
+def test_h2q_preempts_by_queue_and_arrival_taking_back_a_scheduled_decode():
+    # Two QL requests run: C (arrival 0.0) has 8192 of 32768 prompt tokens done (512 blocks
+    # of 16); E (arrival 5.0, a sticky-long session) decodes after a 64-token prompt (4
+    # blocks). Eq. 4 serves E first (QL: decode before prefill): its token takes the 5th
+    # block, leaving 511 free of 1028. C's chunk is 8192 - 1 = 8191 tokens: blocks for
+    # 16383 tokens = 1024, 512 more -- short by one. vLLM's priority policy preempts the
+    # largest (priority, arrival): both are QL, E arrived later, so E is preempted although
+    # it was scheduled first -- its token is taken back and its 5 blocks freed (516 free) --
+    # and C runs its chunk. (Preempting the lowest-ranked unscheduled request would preempt
+    # C, the older one, losing its 8192 computed tokens to a later decode.)
+    E = 1
+    reqs, inst, ss = queues([32768, 64], [0.0, 5.0], running=(E, 0))
+    knobs = EngineParams(num_gpu_blocks=1028, policy=Policy.H2Q_BR).knob_row()[None, :]
+    pool = make_pool([1028])
+    glob = np.zeros(N_GLOB, dtype=np.int64)
+    _give_blocks(pool, inst, reqs, knobs, 0, 8192)
+    _give_blocks(pool, inst, reqs, knobs, E, 64)
+    reqs.n_out[E] = 1
+    ss.z[ss.sid[E]] = 1
+    inst.wq[0, :] = -1
+    inst.ist[0, I_WHEAD], inst.ist[0, I_WLEN] = 0, 0
+    rank_queues(inst, reqs, ss, 0, POLICY_H2Q_BR)
+    assert running(inst) == [E, 0] and (ss.q[0], ss.q[E]) == (Q_LONG, Q_LONG)
+    build_ranked(pool, inst, reqs, knobs, glob, ss, 0, 6.0, POLICY_H2Q_BR)
+    n = inst.ist[0, I_BATCH]
+    assert [(int(inst.b_req[0, j]), int(inst.b_new[0, j])) for j in range(n)] == [(0, 8191)]
+    assert running(inst) == [0] and waiting(inst) == [E]
+    assert (reqs.computed[E], reqs.n_preempt[E], reqs.computed[0]) == (0, 1, 8192 + 8191)
+
+
+def test_h2q_preempts_a_long_request_before_an_older_short_one():
+    # C (QL, 8192 of 32768 done) runs; A (QS, 256 tokens) waits and is ranked first. A takes
+    # 16 blocks, leaving 484 of 1012 - 512 = 500 free; C's next chunk (8192 - 256 = 7936
+    # tokens: blocks for 16128 tokens = 1008, 496 more) is short. The largest (queue,
+    # arrival) running is C itself (QL > QS, though C is older): C is preempted, A runs.
+    reqs, inst, ss, knobs, pool, glob = _builder(Policy.H2Q_BR)
+    knobs = EngineParams(num_gpu_blocks=1012, policy=Policy.H2Q_BR).knob_row()[None, :]
+    pool = make_pool([1012])
+    inst.nblk[0, reqs.slot[C]] = 0
+    assert reserve_blocks(pool, inst, reqs, knobs, 0, C, 8192)
+    rank_queues(inst, reqs, ss, 0, POLICY_H2Q_BR)
+    build_ranked(pool, inst, reqs, knobs, glob, ss, 0, 4.0, POLICY_H2Q_BR)
+    n = inst.ist[0, I_BATCH]
+    assert [(int(inst.b_req[0, j]), int(inst.b_new[0, j])) for j in range(n)] == [(A, 256)]
+    assert running(inst) == [A] and waiting(inst) == [C] and reqs.computed[C] == 0
+
+
+def test_h2q_finishes_the_scenario_whose_ranks_used_to_swap_forever():
+    # Found by a random search of tests/test_sim_invariants.py's scenarios: on instance 2,
+    # requests 2 (73 prompt tokens) and 6 (65 + 11) cannot both hold their blocks (90 of one
+    # token); under the old rule (preempt the lowest-ranked unscheduled request) each
+    # preempted the other whenever their ranks swapped, and the run never ended. With the
+    # (queue, arrival) order the older request keeps its blocks: every request finishes.
+    prompt = np.array([63, 27, 73, 69, 63, 48, 65, 16, 43, 80, 11])
+    output = np.array([8, 1, 5, 8, 5, 2, 11, 11, 12, 6, 6])
+    req = Requests(np.full(11, np.nan), prompt, output, concurrency=5)
+    params = EngineParams(num_gpu_blocks=90, policy=Policy.H2Q_BR, max_num_seqs=4,
+                          max_num_batched_tokens=585, block_size=1,
+                          enable_prefix_caching=False, enable_chunked_prefill=True,
+                          long_prefill_token_threshold=7, watermark=0.0, max_model_len=4096)
+    res = run_engine(req, AffineStepCost(5e-4, 1e-5, 1e-4), params, num_instances=3,
+                     router=Router.LEAST_REQUESTS, max_steps=100_000)
+    r = res.reqs
+    assert np.all(r.status == FINISHED_STOPPED)
+    np.testing.assert_array_equal(r.n_out, output)
+    assert r.n_preempt.sum() > 0  # the blocks were contended
