@@ -284,11 +284,12 @@ class _Boundary(_Frozen):
     prefill_hold: Seqs | None = Field(None, ge=0, description="Finished prefills whose KV an "
                                      "instance holds before admitting fewer (default 256).")
     decode_cost: Literal["oracle"] | FittedThroughputConfig = "oracle"
-    first_token: Literal["prefill", "decode"] | None = Field(
-        None, description="Where the client's first token comes from: the prefill's step, or "
-        "the decode instance as it starts decoding the request (the engines' disaggregated "
-        "serving; TTFT then counts the KV transfer). Default: decode when the pools name an "
-        "engine, else prefill.")
+    first_token: Literal["prefill", "decode", "recompute"] | None = Field(
+        None, description="Where the client's first token comes from: the prefill's step; "
+        "the decode instance as it starts decoding the request (decode: SGLang's and "
+        "TensorRT-LLM's disaggregated serving; TTFT then counts the KV transfer); or the end "
+        "of the decode instance's first step, which recomputes the last prompt token "
+        "(recompute: vLLM's NixlConnector). Default: the named engine's way, else prefill.")
     sibyl: SibylConfig = SibylConfig()
 
     @model_validator(mode="after")

@@ -431,12 +431,18 @@ class ResolvedServing:
     @property
     def first_token_source(self) -> str:
         """Where a disaggregated request's first token comes from (the deployment's
-        ``first_token``; by default the decode instance when the pools name an engine, as
-        the engines' disaggregated serving streams it, else the prefill)."""
+        ``first_token``). By default as the named engine serves it: vLLM's decode instance
+        recomputes the last prompt token and samples the first token itself
+        (``recompute``: its NixlConnector leaves the last token uncomputed), SGLang's and
+        TensorRT-LLM's stream the token received with the KV (``decode``); without an
+        engine, the prefill's token."""
         given = self.deployment.first_token
         if given is not None:
             return given
-        return "decode" if any(p.config.engine for p in self.pools) else "prefill"
+        engines = [p.config.engine for p in self.pools if p.config.engine]
+        if not engines:
+            return "prefill"
+        return "recompute" if engines[-1] == "vllm" else "decode"
 
     def describe(self) -> dict:
         """The resolved values as a JSON-able dict (a Dataset's ``resolved`` attribute)."""

@@ -28,9 +28,10 @@ its handoff state):
    (:mod:`serveplan.sim.transfer`: fair sharing, latency, layer-wise floor). When it ends,
    the prefill instance frees the request's blocks (they stay in its prefix cache) and
    the request joins the decode instance's running list with its prompt computed and one
-   token generated.
-5. *Decode* of the remaining ``output_len - 1`` tokens by the decode instance's scheduler;
-   the request finishes with its last token.
+   token generated -- or, with ``first_token: recompute`` (vLLM), with its last prompt
+   token left to compute: the first step that holds it samples the first token again.
+5. *Decode* of the remaining ``output_len - 1`` tokens (``recompute``: all ``output_len``)
+   by the decode instance's scheduler; the request finishes with its last token.
 
 Requests with a one-token output finish at their prefill and never reach a decode
 instance (as if the proxy knew ``max_tokens == 1``). With the ``delay`` prefill stage
@@ -49,6 +50,7 @@ from .handoff import (
     Q_DPTR,
     Q_LATE,
     Q_LAYERWISE,
+    Q_RECOMPUTE,
     W_LAYER_FRAC,
     assign_decode,
     enqueue_pull,
@@ -179,23 +181,29 @@ def start_prefill(w, i, now):
 
 @sim_jit
 def _deliver(w, r, now):
-    """``r``'s KV arrived on its decode instance: it joins the running requests."""
+    """``r``'s KV arrived on its decode instance: it joins the running requests, with its
+    prefill's token, or (``recompute``) with its last prompt token still to compute."""
     hs, inst, d_reqs = w.hs, w.inst, w.views[1]
     d = hs.d_of[r]
     k = hs.gi[Q_DBASE] + d
     hs.t_join[r] = now
     _free_prefill_kv(w, r)
-    d_reqs.computed[r] = d_reqs.prompt[r]
-    d_reqs.n_out[r] = 1
-    d_reqs.t_first[r] = w.views[0].t_first[r]
-    d_reqs.t_last[r] = w.views[0].t_first[r]
+    if hs.gi[Q_RECOMPUTE] != 0:  # its first token comes from its first step here
+        d_reqs.computed[r] = d_reqs.prompt[r] - 1
+        d_reqs.n_out[r] = 0
+        inst.load[k] += d_reqs.prompt[r] + d_reqs.output[r]
+    else:
+        d_reqs.computed[r] = d_reqs.prompt[r]
+        d_reqs.n_out[r] = 1
+        d_reqs.t_first[r] = w.views[0].t_first[r]
+        d_reqs.t_last[r] = w.views[0].t_first[r]
+        inst.load[k] += d_reqs.output[r] - 1
     d_reqs.t_sched[r] = now
     d_reqs.status[r] = RUNNING
     n = inst.ist[k, I_NRUN]
     inst.run[k, n] = r
     inst.ist[k, I_NRUN] = n + 1
-    inst.load[k] += d_reqs.output[r] - 1
-    on_join(w.rt, r, d, d_reqs.prompt[r], 1, now)
+    on_join(w.rt, r, d, d_reqs.prompt[r], d_reqs.n_out[r], now)
 
 
 @sim_jit_inline

@@ -24,8 +24,8 @@ from .pd_router import on_assign, route_decode
 from .state import A_BUSY_UNTIL, I_BUSY
 
 # int parameters and counters: hs.gi[Q_*]
-(Q_LATE, Q_LAYERWISE, Q_DELAY, Q_DPTR, Q_NDELAY, Q_CHUNK, Q_DBASE) = range(7)
-N_GI = 7
+(Q_LATE, Q_LAYERWISE, Q_DELAY, Q_DPTR, Q_NDELAY, Q_CHUNK, Q_DBASE, Q_RECOMPUTE) = range(8)
+N_GI = 8
 # float parameters: hs.gf[W_*]
 (W_LAYER_FRAC,) = range(1)
 N_GF = 1

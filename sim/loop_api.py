@@ -31,6 +31,7 @@ from .handoff import (
     Q_LATE,
     Q_LAYERWISE,
     Q_NDELAY,
+    Q_RECOMPUTE,
     W_LAYER_FRAC,
     make_handoff_state,
 )
@@ -315,6 +316,7 @@ def _handoff_state(pools, h: Handoff, n, arrival, prompt, ignored):
     gi = np.zeros(N_GI, dtype=np.int64)
     gi[Q_LATE] = int(h.assignment == "late")
     gi[Q_LAYERWISE] = int(bool(h.layerwise))
+    gi[Q_RECOMPUTE] = int(h.first_token == "recompute")
     gi[Q_DELAY] = int(delay)
     gi[Q_NDELAY] = n_delay
     gi[Q_CHUNK] = chunk

@@ -143,13 +143,16 @@ class Handoff:
         How the decode router chooses among equally loaded instances.
     tie_seed : int
         Seed of the ``random`` tie-break.
-    first_token : {"prefill", "decode"}
-        Where the client's first token comes from: the prefill's step (its end is the TTFT),
-        or the decode instance, which streams it when the request enters its first decode
-        step -- as disaggregated engines serve it (vLLM's proxy drops the prefill's token
-        and the decode instance samples it again; SGLang's and TensorRT-LLM's decode side
-        emits the token it received with the KV), so TTFT counts the transfer and the wait
-        for a decode step.
+    first_token : {"prefill", "decode", "recompute"}
+        Where the client's first token comes from: the prefill's step (its end is the TTFT);
+        the decode instance, which streams it when the request enters its first decode step
+        (``decode``: SGLang's and TensorRT-LLM's decode side emits the token it received
+        with the KV); or the end of the decode instance's first step for the request, which
+        computes the last prompt token and samples the first token (``recompute``: vLLM's
+        proxy drops the prefill's token, and the scheduler leaves the last prompt token of a
+        remote prefill uncomputed, ``_update_waiting_for_remote_kv``), so the decode side
+        generates all ``output`` tokens. Both engine ways count the transfer and the wait for
+        a decode step in TTFT.
     """
 
     router: str = "round-robin"
@@ -168,7 +171,7 @@ class Handoff:
     first_token: str = "prefill"
 
 
-FIRST_TOKEN_SOURCES = ("prefill", "decode")
+FIRST_TOKEN_SOURCES = ("prefill", "decode", "recompute")
 
 __all__ = ["DOWNSTREAM_ROLES", "DPTokens", "FIRST_TOKEN_SOURCES", "Handoff", "PoolSpec",
            "ROLE_NAMES", "Role", "loop_role"]

@@ -91,6 +91,29 @@ def test_first_token_from_the_decode_instance():
         run_pd(req, prefill, decode, link=LINK, first_token="router")
 
 
+
+def test_first_token_recomputed_by_the_decode_instance():
+    """``first_token="recompute"`` (vLLM: the decode side leaves the last prompt token of a
+    remote prefill uncomputed and samples the first token itself). A: transfer ends 0.023,
+    its first decode step (the last prompt token) ends 0.028 -- the first token -- and its
+    other 5 tokens take 5 steps: finish 0.053. B: prefilled by 0.035, pulled at the step
+    boundary 0.038 (A's steps run 0.023, 0.028, 0.033, 0.038, ...), transferred by 0.040,
+    first step 0.043 -> 0.048, 2 more tokens: finish 0.058. TTFT: A 0.028, B 0.048 - 0.010
+    = 0.038, one step more than with ``decode``; TPOT stays one 5 ms step. C (one token)
+    keeps its prefill's token."""
+    req = Requests(np.array([0.0, 0.010, 0.100]), np.array([1000, 500, 100]),
+                   np.array([6, 3, 1]))
+    prefill, decode = _pools(16, 1)
+    ds = to_dataset(run_pd(req, prefill, decode, link=LINK, first_token="recompute"))
+    t = _times(ds)
+    np.testing.assert_allclose(t["kv_arrival_s"][:2], [0.023, 0.040], **EXACT)
+    np.testing.assert_allclose(t["decode_start_s"][:2], [0.023, 0.043], **EXACT)
+    np.testing.assert_allclose(t["first_token_s"], [0.028, 0.048, 0.111], **EXACT)
+    np.testing.assert_allclose(ds["ttft_s"].values, [0.028, 0.038, 0.011], **EXACT)
+    np.testing.assert_allclose(t["finish_s"][:2], [0.053, 0.058], **EXACT)
+    np.testing.assert_allclose(ds["tpot_s"].values[:2], [0.005, 0.005], **EXACT)
+    np.testing.assert_array_equal(ds["output_len"].values, [6, 3, 1])
+
 def _herd_requests():
     """A (arrives 0, prompt 1000, output 20) decodes on one instance; E (arrives 0.021,
     prompt 2000, output 1: it finishes at its prefill and never needs a decode instance)

@@ -265,12 +265,13 @@ def test_pd_pools_example_loads():
 
 
 @pytest.mark.parametrize("engine, given, want", [
-    (None, None, "prefill"), ("vllm", None, "decode"), ("vllm", "prefill", "prefill"),
-    (None, "decode", "decode")])
+    (None, None, "prefill"), ("vllm", None, "recompute"), ("sglang", None, "decode"),
+    ("trtllm", None, "decode"), ("vllm", "prefill", "prefill"), (None, "decode", "decode")])
 def test_first_token_source_follows_the_engine(engine, given, want):
-    """Pools that name an engine stream the first token from the decode instance, as the
-    engines' disaggregated serving does (docs/engines.md); engine-less pools keep the
-    prefill's token; ``first_token`` overrides either."""
+    """Pools that name an engine take the first token from the decode instance, as the
+    engines' disaggregated serving does (docs/engines.md): vLLM's recomputes the last
+    prompt token and samples it, SGLang's and TensorRT-LLM's stream the token that came
+    with the KV; engine-less pools keep the prefill's token; ``first_token`` overrides."""
     pools = [{**pool, **({"engine": engine} if engine else {})} for pool in PD_POOLS["pools"]]
     dep = {**PD_POOLS, "pools": pools, **({"first_token": given} if given else {})}
     resolved = resolve(dep)
