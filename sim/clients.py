@@ -27,6 +27,8 @@ a client timeout (aiperf                ``request_timeout_s``: a request slower 
 inference-perf ``load.request_timeout``)
 ``--dataset-name sharegpt``             ``isl: {dist: sharegpt}``, ``osl: {dist: sharegpt}``
                                        (:class:`.ShareGPTPairs`)
+``sglang.bench_serving --dataset-name   the same with ``sampler: sglang``;
+sharegpt``, ``--sharegpt-context-len``  ``sharegpt_context_len``
 =====================================  ==================================================
 
 Statistics (:func:`client_outcome`, read by :mod:`.summary`): the Dataset's attributes
@@ -122,7 +124,8 @@ def length_dist(spec) -> W.LengthDist:
         tr = traces.read_trace(spec.path, skip_bad_lines=spec.skip_bad_lines)
         return tr.prompt_dist() if spec.column == "prompt" else tr.output_dist()
     if dist == "sharegpt":
-        return W.ShareGPTLength(spec.column)
+        return W.ShareGPTLength(spec.column, sampler=spec.sampler,
+                                context_len=spec.sharegpt_context_len)
     raise TypeError(f"unknown length spec {spec!r}")
 
 
@@ -140,7 +143,10 @@ def _draws(w, m: int, seed: int) -> tuple:
     prompt, output = length_dist(w.isl), length_dist(w.osl)
     if (isinstance(prompt, W.ShareGPTLength) and isinstance(output, W.ShareGPTLength)
             and (prompt.column, output.column) == ("prompt", "output")):
-        return W.sharegpt_pairs().vllm_sample(m, seed)
+        if (prompt.sampler, prompt.context_len) != (output.sampler, output.context_len):
+            raise ValueError("workload.isl and workload.osl sample ShareGPT pairs: give both "
+                             "the same sampler and sharegpt_context_len")
+        return W.sharegpt_pairs().sample(m, seed, prompt.sampler, prompt.context_len)
     return prompt, output
 
 

@@ -3,7 +3,7 @@
 :class:`Fixed`, :class:`Uniform`, :class:`LogNormal`, :class:`Empirical` and
 :class:`ShareGPTLength`, all subclasses of :class:`LengthDist`: one object feeds both the sampler
 and the analytic formulas. :class:`ShareGPTPairs` samples ShareGPT (prompt, output) pairs as
-``vllm bench serve --dataset-name sharegpt`` does.
+``vllm bench serve --dataset-name sharegpt`` or ``sglang.bench_serving`` does.
 """
 
 from __future__ import annotations
@@ -258,6 +258,25 @@ def vllm_valid(prompt_len: np.ndarray, output_len: np.ndarray) -> np.ndarray:
             & (p + o <= VLLM_MAX_TOTAL_LEN))
 
 
+SGLANG_MIN_LEN = 2
+"""``sglang.bench_serving`` drops pairs with fewer prompt or output tokens than this."""
+SAMPLERS = ("vllm", "sglang")
+"""The benchmark clients whose ShareGPT sampling serveplan reproduces."""
+
+
+def sglang_valid(prompt_len: np.ndarray, output_len: np.ndarray,
+                 context_len: int | None = None) -> np.ndarray:
+    """Which (prompt, output) pairs ``sglang.bench_serving`` keeps
+    (``sample_sharegpt_requests``): a pair is dropped if ``prompt_len < 2`` or
+    ``output_len < 2``, and, given a context length (``--sharegpt-context-len``), if
+    ``prompt_len + output_len > context_len``. No 1024 / 2048 caps."""
+    p, o = np.asarray(prompt_len), np.asarray(output_len)
+    keep = (p >= SGLANG_MIN_LEN) & (o >= SGLANG_MIN_LEN)
+    if context_len:
+        keep &= p + o <= context_len
+    return keep
+
+
 def _int_seed(seed: SeedLike) -> int:
     """An ``int`` seed for Python's :mod:`random` (``None`` is vLLM's default ``--seed 0``)."""
     if seed is None:
@@ -327,6 +346,43 @@ class ShareGPTPairs:
             kept = np.concatenate([kept, np.asarray(extra, dtype=np.int64)])
         return self.prompt_len[kept], self.output_len[kept]
 
+    def sglang_sample(self, n: int, seed: SeedLike = 1, *,
+                      context_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(prompt_len, output_len)`` of ``n`` requests, chosen as ``sglang.bench_serving
+        --dataset-name sharegpt`` chooses them.
+
+        Notes
+        -----
+        ``sample_sharegpt_requests``: the conversations with >= 2 turns, ``random.shuffle``
+        after the benchmark's ``random.seed(--seed)`` (default 1), then the first ``n``
+        that :func:`sglang_valid` keeps. It does not oversample: with fewer valid pairs
+        than ``n`` it runs fewer requests, which serveplan refuses rather than run a
+        different number than asked.
+        """
+        n = check_int("n", n, 0)
+        order = list(range(len(self.prompt_len)))
+        random.Random(_int_seed(seed)).shuffle(order)
+        order_arr = np.asarray(order, dtype=np.int64)
+        valid = sglang_valid(self.prompt_len, self.output_len, context_len)
+        kept = order_arr[valid[order_arr]][:n]
+        if len(kept) < n:
+            raise ValueError(f"sglang.bench_serving's ShareGPT sample has {len(kept)} "
+                             f"requests (it does not oversample); asked for {n}")
+        return self.prompt_len[kept], self.output_len[kept]
+
+    def sample(self, n: int, seed: SeedLike, sampler: str = "vllm",
+               context_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` pairs as the benchmark client ``sampler`` (:data:`SAMPLERS`) draws them;
+        ``context_len`` is SGLang's ``--sharegpt-context-len``."""
+        if sampler == "sglang":
+            return self.sglang_sample(n, seed, context_len=context_len)
+        if sampler != "vllm":
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+        if context_len is not None:
+            raise ValueError("context_len is sglang.bench_serving's filter; vLLM's sample "
+                             "has fixed 1024 / 2048 caps")
+        return self.vllm_sample(n, seed)
+
 
 @cache
 def sharegpt_pairs() -> ShareGPTPairs:
@@ -336,7 +392,8 @@ def sharegpt_pairs() -> ShareGPTPairs:
 
 @dataclass(frozen=True, eq=False)
 class ShareGPTLength(LengthDist):
-    """Prompt or output lengths of ShareGPT as ``vllm bench serve --dataset-name sharegpt``.
+    """Prompt or output lengths of ShareGPT as ``vllm bench serve --dataset-name sharegpt``
+    or ``sglang.bench_serving --dataset-name sharegpt`` sample it.
 
     Parameters
     ----------
@@ -344,21 +401,30 @@ class ShareGPTLength(LengthDist):
         Which turn's token count.
     pairs : ShareGPTPairs, optional
         Default: the shipped data (:data:`SHAREGPT_FILE`).
+    sampler : {"vllm", "sglang"}
+        Whose filters and order (:meth:`ShareGPTPairs.sample`).
+    context_len : int, optional
+        SGLang's ``--sharegpt-context-len``.
 
     Notes
     -----
-    ``sample(n, seed)`` is one column of :meth:`ShareGPTPairs.vllm_sample`: without
-    replacement from the valid pairs while there are enough of them, so its marginal law is
-    the empirical law of the valid pairs, whose moments ``mean``, ``var`` and ``sf`` are.
-    Sample both columns with one :meth:`ShareGPTPairs.vllm_sample` call to keep the pairs.
+    ``sample(n, seed)`` is one column of :meth:`ShareGPTPairs.sample`: without replacement
+    from the valid pairs while there are enough of them, so its marginal law is the
+    empirical law of the valid pairs, whose moments ``mean``, ``var`` and ``sf`` are.
+    Sample both columns with one :meth:`ShareGPTPairs.sample` call to keep the pairs.
     """
 
     column: str
     pairs: ShareGPTPairs | None = None
+    sampler: str = "vllm"
+    context_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.column not in ("prompt", "output"):
             raise ValueError(f"column must be 'prompt' or 'output', got {self.column!r}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, "
+                             f"got {self.sampler!r}")
 
     @cached_property
     def _pairs(self) -> ShareGPTPairs:
@@ -368,7 +434,9 @@ class ShareGPTLength(LengthDist):
     def _values(self) -> Empirical:
         p = self._pairs
         col = p.prompt_len if self.column == "prompt" else p.output_len
-        return Empirical(col[p.valid])
+        valid = p.valid if self.sampler == "vllm" else \
+            sglang_valid(p.prompt_len, p.output_len, self.context_len)
+        return Empirical(col[valid])
 
     @property
     def mean(self) -> float:
@@ -382,5 +450,5 @@ class ShareGPTLength(LengthDist):
         return self._values.sf(x)
 
     def sample(self, n: int, seed: SeedLike = 0) -> np.ndarray:
-        prompt, output = self._pairs.vllm_sample(n, seed)
+        prompt, output = self._pairs.sample(n, seed, self.sampler, self.context_len)
         return prompt if self.column == "prompt" else output

@@ -1,6 +1,7 @@
-"""The shipped ShareGPT sample (sim/data/sharegpt_vllm_bench.*) against vLLM's own rules:
-``is_valid_sequence`` and ``ShareGPTDataset`` order semantics, written out here from
-``vllm/benchmarks/datasets.py``."""
+"""The shipped ShareGPT sample (sim/data/sharegpt_vllm_bench.*) against the benchmark clients'
+own rules, written out here: vLLM's ``is_valid_sequence`` and ``ShareGPTDataset`` order
+(``vllm/benchmarks/datasets.py``), and ``sample_sharegpt_requests`` of
+``sglang/bench_serving.py``."""
 
 from __future__ import annotations
 
@@ -41,6 +42,24 @@ def vllm_sample(pairs, num_requests, seed):
         random.seed(seed)
         samples += [random.choice(samples) for _ in range(num_requests - len(samples))]
     return np.array(samples).reshape(-1, 2)
+
+
+def sglang_sample(pairs, num_requests, seed, context_len=None):
+    """sglang.bench_serving: random.seed(--seed), then sample_sharegpt_requests on
+    (prompt, output): shuffle, keep the first ``num_requests`` not pruned."""
+    dataset = list(zip(pairs.prompt_len.tolist(), pairs.output_len.tolist(), strict=True))
+    random.seed(seed)
+    random.shuffle(dataset)
+    filtered = []
+    for prompt_len, output_len in dataset:
+        if len(filtered) == num_requests:
+            break
+        if prompt_len < 2 or output_len < 2:
+            continue
+        if context_len and prompt_len + output_len > context_len:
+            continue
+        filtered.append((prompt_len, output_len))
+    return np.array(filtered).reshape(-1, 2)
 
 
 def test_counts_and_moments_match_the_provenance():
@@ -95,6 +114,61 @@ def test_config_gives_whole_pairs_in_vllm_order():
     r = clients.build_requests(w, seed=4)
     expected = vllm_sample(sharegpt_pairs(), 50, 4)
     np.testing.assert_array_equal(np.c_[r.prompt_len, r.output_len], expected)
+
+
+@pytest.mark.parametrize("n, seed, context_len", [(1000, 1, None), (50, 7, 1024)])
+def test_sglang_sample_follows_sglangs_rules(n, seed, context_len):
+    pairs = sharegpt_pairs()
+    prompt, output = pairs.sglang_sample(n, seed, context_len=context_len)
+    np.testing.assert_array_equal(np.c_[prompt, output],
+                                  sglang_sample(pairs, n, seed, context_len))
+    assert prompt.min() >= 2 and output.min() >= 2
+    if context_len is None:  # no 1024 / 2048 caps: longer than vLLM's sample
+        v_prompt, v_output = pairs.vllm_sample(n, seed)
+        assert prompt.max() > 1024 and prompt.mean() > v_prompt.mean()
+    else:
+        assert (prompt + output).max() <= context_len
+
+
+def test_sglang_sample_refuses_to_run_fewer_requests_than_asked():
+    # SGLang does not oversample: 2 of these pairs pass (2 >= 2 tokens each), 3 are asked
+    small = ShareGPTPairs(np.array([2, 1, 5000, 3]), np.array([2, 9, 7, 1]))
+    prompt, output = small.sglang_sample(2, seed=0)
+    assert sorted(prompt.tolist()) == [2, 5000]
+    with pytest.raises(ValueError, match="has 2 requests .* asked for 3"):
+        small.sglang_sample(3, seed=0)
+
+
+def test_config_gives_whole_pairs_in_sglang_order():
+    w = TypeAdapter(Workload).validate_python({
+        "kind": "poisson", "rate": 2, "num_requests": 40,
+        "isl": {"dist": "sharegpt", "sampler": "sglang", "sharegpt_context_len": 4096},
+        "osl": {"dist": "sharegpt", "sampler": "sglang", "sharegpt_context_len": 4096}})
+    r = clients.build_requests(w, seed=1)
+    np.testing.assert_array_equal(np.c_[r.prompt_len, r.output_len],
+                                  sglang_sample(sharegpt_pairs(), 40, 1, 4096))
+    d = clients.length_dist(w.isl)
+    p = sharegpt_pairs()
+    keep = (p.prompt_len >= 2) & (p.output_len >= 2) & (p.prompt_len + p.output_len <= 4096)
+    assert d.mean == pytest.approx(p.prompt_len[keep].mean())
+
+
+@pytest.mark.parametrize("isl, osl, message", [
+    ({"dist": "sharegpt", "sharegpt_context_len": 2048}, {"dist": "sharegpt"},
+     "sharegpt_context_len is sglang.bench_serving's option"),
+])
+def test_sglang_options_are_checked(isl, osl, message):
+    with pytest.raises(ValueError, match=message):
+        TypeAdapter(Workload).validate_python({"kind": "poisson", "rate": 2,
+                                               "isl": isl, "osl": osl})
+
+
+def test_mixed_samplers_are_refused():
+    w = TypeAdapter(Workload).validate_python({
+        "kind": "poisson", "rate": 2, "num_requests": 10,
+        "isl": {"dist": "sharegpt", "sampler": "sglang"}, "osl": {"dist": "sharegpt"}})
+    with pytest.raises(ValueError, match="the same sampler"):
+        clients.build_requests(w, seed=0)
 
 
 def test_compare_with_vidurs_sharegpt(shared_data):
