@@ -259,8 +259,9 @@ class ClosedLoopWorkload(_Synthetic):
 
 class VllmBenchWorkload(_Synthetic):
     """``vllm bench serve``: ``request_rate`` (``.inf``: all at once), ``burstiness`` (gamma
-    shape of the gaps), ``max_concurrency`` (with an infinite rate: a closed loop) and
-    ``num_prompts`` (``num_requests``), under vLLM's own option names."""
+    shape of the gaps), ``max_concurrency`` (its semaphore: a due request waits while that
+    many are in flight; with an infinite rate, a closed loop) and ``num_prompts``
+    (``num_requests``), under vLLM's own option names."""
 
     kind: Literal["vllm-bench-serve"]
     rate: float = Field(float("inf"), gt=0, validation_alias=AliasChoices(
@@ -268,7 +269,9 @@ class VllmBenchWorkload(_Synthetic):
     burstiness: Annotated[float, at_least(1e-6, "gamma shape of the gaps; 1e-6 already "
                                           "sends all but a few at once"), at_most(
         1e6, "gamma shape of the gaps; 1e6 is already constant")] = Field(1.0, gt=0)
-    max_concurrency: Clients | None = Field(None, ge=1)
+    max_concurrency: Clients | None = Field(None, ge=1, description=(
+        "--max-concurrency: requests in flight at most; a due request waits for a slot "
+        "(its latencies count from its send)."))
     num_requests: Requests = Field(1000, ge=1, validation_alias=AliasChoices(
         "num_requests", "num_prompts"))
     random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0, description=(

@@ -155,7 +155,8 @@ def _arrival_scv(workload, unit: W.Requests) -> float:
         return 0.0
     if isinstance(workload, GammaWorkload):
         return float(workload.cv) ** 2
-    gaps = np.diff(unit.arrival_s)
+    sent = unit.arrival_s[np.isfinite(unit.arrival_s)]  # a staged load: its first stage
+    gaps = np.diff(sent)
     if gaps.size < 2 or gaps.mean() <= 0:
         return 1.0
     return float(gaps.var() / gaps.mean() ** 2)

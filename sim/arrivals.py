@@ -235,6 +235,11 @@ class VllmBenchArrivals:
         ``--request-rate`` in requests/s; ``inf`` sends every request at t = 0.
     burstiness : float
         ``--burstiness``: the gamma shape of the gaps (1: Poisson; ``inf``: even gaps).
+    max_concurrency : int, optional
+        ``--max-concurrency``: a request whose time has come waits (first come first
+        served) while this many are in flight -- the benchmark's semaphore, which the
+        simulator applies (:attr:`serveplan.sim.requests.Requests.max_concurrency`); its
+        latencies count from the send. ``sample`` gives the schedule, not the sends.
 
     Notes
     -----
@@ -250,6 +255,7 @@ class VllmBenchArrivals:
 
     rate: float = 1.0
     burstiness: float = 1.0
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("rate", "burstiness"):
@@ -257,6 +263,9 @@ class VllmBenchArrivals:
             if not value > 0:  # inf allowed, NaN rejected
                 raise ValueError(f"{name} must be > 0 (inf allowed), got {value!r}")
             object.__setattr__(self, name, value)
+        if self.max_concurrency is not None:
+            object.__setattr__(self, "max_concurrency",
+                               check_int("max_concurrency", self.max_concurrency, 1))
 
     def unit_pattern(self, n: int, seed: SeedLike = None) -> np.ndarray:
         """``n`` send times at rate 1, the last at ``n``."""
@@ -304,6 +313,53 @@ def _poisson_offsets(rate: float, count: int, rng: np.random.Generator) -> np.nd
     return np.concatenate(out)[:count] if out else np.zeros(0)
 
 
+@dataclass(frozen=True, eq=False)
+class StagePlan:
+    """Load stages that drain: stage ``k + 1`` starts once every request of stage ``k`` has
+    finished as its client sees it (inference-perf's ``load.stages``).
+
+    Parameters
+    ----------
+    stage : int64[n]
+        Each request's stage: non-decreasing from 0, no stage left out.
+    offset_s : float64[n]
+        Stage 0: its send times. A later stage: seconds from the previous stage's drain
+        (its last response) to the send.
+    """
+
+    stage: np.ndarray
+    offset_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        stage = as_array("stage", self.stage, np.int64)
+        offset = as_array("offset_s", self.offset_s, np.float64)
+        if len(stage) != len(offset):
+            raise ValueError(f"stage has {len(stage)} entries but offset_s has {len(offset)}")
+        if len(stage):
+            step = np.diff(stage, prepend=0)
+            first_bad("stage", stage, (step < 0) | (step > 1) | (stage < 0),
+                      "stages must start at 0 and go up one at a time")
+            if stage[0] != 0:
+                raise ValueError(f"stage[0] must be 0, got {stage[0]}")
+        first_bad("offset_s", offset, ~np.isfinite(offset) | (offset < 0),
+                  "offsets must be finite and >= 0")
+        object.__setattr__(self, "stage", stage)
+        object.__setattr__(self, "offset_s", offset)
+
+    def __len__(self) -> int:
+        return len(self.stage)
+
+    @property
+    def first_index(self) -> np.ndarray:
+        """int64[stages + 1]: the first request of each stage, then ``n``."""
+        n_stages = int(self.stage[-1]) + 1 if len(self.stage) else 0
+        return np.searchsorted(self.stage, np.arange(n_stages + 1)).astype(np.int64)
+
+    def head(self, m: int) -> StagePlan:
+        """The plan of the first ``m`` requests."""
+        return StagePlan(self.stage[:m], self.offset_s[:m])
+
+
 @dataclass(frozen=True)
 class InferencePerfArrivals:
     """Send times of an inference-perf load (``load.type``, ``load.stages``, ``load.interval``).
@@ -330,11 +386,12 @@ class InferencePerfArrivals:
     Stage boundaries: inference-perf starts stage ``k + 1`` ``interval`` seconds after every
     request of stage ``k`` has *finished* (it waits for the drain), and schedules from
     :data:`INFERENCE_PERF_QUEUE_FILL_S` after a stage starts. Finishing times are the
-    simulator's output, not its input, so here a stage is taken to end when its last request is
-    *sent*: stage ``k + 1`` starts at (last send of stage ``k``) + ``interval``. That is the
-    real start when the server keeps up and a lower bound when it does not; to honour a true
-    drain, simulate each stage on its own (:meth:`stage_of` tells them apart) -- exact except
-    that the prefix cache then starts cold in each stage.
+    simulator's output, so :meth:`staged` gives the first stage's send times and a
+    :class:`StagePlan` with which the simulator sends each later stage once the previous one
+    has drained (:func:`serveplan.sim.workload.generate_requests` uses it). :meth:`sample`
+    gives send times alone, each stage taken to end when its last request is *sent*: the
+    real starts when the server keeps up, lower bounds when it does not. A stage of
+    ``int(rate * duration) = 0`` requests adds the queue fill and its interval.
     """
 
     type: str
@@ -366,21 +423,47 @@ class InferencePerfArrivals:
         """The stage index of each request, in send order."""
         return np.repeat(np.arange(len(self.stages)), self.counts)
 
-    def sample(self, n: int | None = None, seed: SeedLike = None) -> np.ndarray:
-        """All :attr:`num_requests` send times in seconds (``n``, if given, must equal it)."""
+    def _from_stage_start(self, n: int | None, seed: SeedLike) -> list[np.ndarray]:
+        """Each stage's send times from the stage's start (the queue fill included)."""
         if n is not None and check_int("n", n, 0) != self.num_requests:
             raise ValueError(f"the stages send {self.num_requests} requests, not n = {n}")
         rng = make_rng(seed)
-        out, start = [], 0.0
+        out = []
         for (rate, duration), count in zip(self.stages, self.counts, strict=True):
-            t0 = start + INFERENCE_PERF_QUEUE_FILL_S
             if self.type == "constant":
-                offsets = _normalised_gaps(int(count), duration, rng) if count else np.zeros(0)
+                within = _normalised_gaps(int(count), duration, rng) if count else np.zeros(0)
             else:
-                offsets = _poisson_offsets(rate, int(count), rng)
-            out.append(t0 + offsets)
-            start = (t0 + offsets[-1] if count else t0) + self.interval
+                within = _poisson_offsets(rate, int(count), rng)
+            out.append(INFERENCE_PERF_QUEUE_FILL_S + within)
+        return out
+
+    def sample(self, n: int | None = None, seed: SeedLike = None) -> np.ndarray:
+        """All :attr:`num_requests` send times in seconds (``n``, if given, must equal it),
+        each stage taken to drain as its last request is sent (class notes)."""
+        out, start = [], 0.0
+        for times in self._from_stage_start(n, seed):
+            out.append(start + times)
+            start += (times[-1] if len(times) else INFERENCE_PERF_QUEUE_FILL_S) + self.interval
         return np.concatenate(out)
+
+    def staged(self, n: int | None = None, seed: SeedLike = None
+               ) -> tuple[np.ndarray, StagePlan]:
+        """``(arrival_s, plan)``: the first stage's send times (NaN for the later stages'
+        requests) and the :class:`StagePlan` that sends each later stage ``interval`` after
+        the previous one drained. Same draws as :meth:`sample` for the same seed."""
+        stage, offset = [], []
+        gap = 0.0  # from the previous stage's drain to this stage's start
+        for times in self._from_stage_start(n, seed):
+            if len(times) == 0:  # an empty stage: its queue fill and its interval
+                gap += INFERENCE_PERF_QUEUE_FILL_S + self.interval
+                continue
+            stage.append(np.full(len(times), len(stage), dtype=np.int64))
+            offset.append(gap + times)
+            gap = self.interval
+        plan = StagePlan(np.concatenate(stage) if stage else np.zeros(0, dtype=np.int64),
+                         np.concatenate(offset) if offset else np.zeros(0))
+        arrival = np.where(plan.stage == 0, plan.offset_s, np.nan)
+        return arrival, plan
 
 
 ArrivalProcess = (PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedLoop

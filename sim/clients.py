@@ -44,8 +44,12 @@ and a heap of pending sends). Even a small jitter matters: with fixed lengths an
 closed loop is deterministic and can settle into a pattern that real clients, whose sends
 wander by a millisecond or so, do not keep (``docs/runtime.md``).
 
-One client habit needs the compiled loop, which does not have it yet: a timed-out
-closed-loop client sends its next request at the timeout, not at the finish.
+A timed-out closed-loop client sends its next request at the timeout, not at the finish
+(a pending send of the loop). ``vllm bench serve --max-concurrency`` with a finite rate
+holds a due request back while that many are in flight and sends it when one ends
+(``Requests.max_concurrency``); its latencies count from that send, as vLLM's do.
+inference-perf's stages drain: a stage's requests are sent at their offsets from the last
+response of the previous stage (``Requests.stages``, :class:`.StagePlan`).
 
 Warm-up is approximated: aiperf waits for every warm-up response before its profiling phase
 starts; here the profiling requests follow the warm-up ones without that barrier.
@@ -163,13 +167,11 @@ def prior_outputs(spec, n: int, seed: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- arrivals
 def _vllm_bench(w):
-    if w.max_concurrency is None:
-        return W.VllmBenchArrivals(w.rate, w.burstiness)
-    if np.isfinite(w.rate):
-        raise ValueError("workload.max_concurrency with a finite request_rate: the client "
-                         "semaphore that holds scheduled requests back is not simulated; use "
-                         "request_rate: .inf (a closed loop) or drop max_concurrency")
-    return W.ClosedLoop(w.max_concurrency)
+    """``vllm bench serve``: its schedule, held back by ``--max-concurrency`` (a closed loop
+    when every request is due at once)."""
+    if w.max_concurrency is not None and not np.isfinite(w.rate):
+        return W.ClosedLoop(w.max_concurrency)
+    return W.VllmBenchArrivals(w.rate, w.burstiness, w.max_concurrency)
 
 
 def _closed_loop(w):

@@ -26,13 +26,17 @@ from ._jitcache import sim_jit, sim_jit_inline
 from .handoff import Q_DELAY, Q_LATE, Q_LAYERWISE, assign_decode, enqueue_pull, est_prefill
 from .pools import Role
 from .router import route_with_state
-from .runtime import F_ON, push_release, push_send
+from .runtime import F_ON, F_TIMEOUT, push_release, push_send, stage_done
 from .session_state import affine_instance, round_done
 from .state import (
     FINISHED_IGNORED,
+    G_CAP,
     G_CONCURRENCY,
     G_DONE,
     G_ENTRY_LO,
+    G_HELD_HEAD,
+    G_HELD_LEN,
+    G_INFLIGHT,
     G_ROUTER,
     K_ROLE,
     RUNNING,
@@ -105,6 +109,7 @@ def _finish_ignored(w, r, now):
     w.hs.t_finish[r] = now
     w.glob[G_DONE] += 1
     round_done(w.ss, r, now)  # a session's later rounds are rejected in turn
+    stage_done(w.fe, r, now)
 
 
 @sim_jit
@@ -136,9 +141,28 @@ def release_next(w, r, now):
 
 @sim_jit
 def send_request(w, k, sent):
-    """A pending send: request ``k`` leaves its client at ``sent`` (its think time over)."""
-    if _send(w, k, sent):
+    """A pending send: request ``k`` leaves its client at ``sent`` (its think time over);
+    ``k = -(r + 1)``: request ``r``'s client times out at ``sent``."""
+    if k < 0:
+        _time_out(w, -k - 1, sent)
+    elif _send(w, k, sent):
         release_next(w, k, sent)
+
+
+@sim_jit
+def _arm_timeout(w, k, sent):
+    """A closed-loop client with a timeout gives up on ``k`` that long after ``sent``."""
+    if w.fe.terms[F_TIMEOUT] > 0.0:
+        push_send(w.fe, -(k + 1), sent + w.fe.terms[F_TIMEOUT])
+
+
+@sim_jit
+def _time_out(w, r, now):
+    """``r``'s client timed out at ``now``: unless it already has its answer, it moves on
+    to its next request (the server still serves ``r``)."""
+    if w.fe.moved_on[r] == 0:
+        w.fe.moved_on[r] = 1
+        release_next(w, r, now)
 
 
 @sim_jit
@@ -152,6 +176,7 @@ def _send(w, k, sent):
         _set_arrival(w, k, sent)
         _finish_ignored(w, k, sent)
         return True
+    _arm_timeout(w, k, sent)
     if fe.terms[F_ON] != 0.0:
         _set_arrival(w, k, push_release(fe, k, sent, w.views[0].prompt[k]))
     else:
@@ -176,12 +201,47 @@ def release_round(w, k, now):
 
 
 @sim_jit
+def _capped_arrival(w, r, now):
+    """``vllm bench serve --max-concurrency``: ``r`` is due at ``now``; it is sent if fewer
+    than ``G_CAP`` requests are in flight and none waits before it, else it waits (its
+    task blocks on the client's semaphore, first come first served)."""
+    g = w.glob
+    if g[G_HELD_LEN] > 0 or g[G_INFLIGHT] >= g[G_CAP]:
+        if g[G_HELD_LEN] == 0:
+            g[G_HELD_HEAD] = r
+        g[G_HELD_LEN] += 1
+        return
+    g[G_INFLIGHT] += 1
+    if _send(w, r, now):  # rejected up front: its slot is free again
+        g[G_INFLIGHT] -= 1
+
+
+@sim_jit
+def _free_slot(w, now):
+    """A capped client's request ended at ``now``: the longest-waiting due request, if any,
+    is sent in its place."""
+    g = w.glob
+    g[G_INFLIGHT] -= 1
+    while g[G_HELD_LEN] > 0 and g[G_INFLIGHT] < g[G_CAP]:
+        k = g[G_HELD_HEAD]
+        g[G_HELD_HEAD] += 1
+        g[G_HELD_LEN] -= 1
+        g[G_INFLIGHT] += 1
+        if _send(w, k, now):
+            g[G_INFLIGHT] -= 1
+
+
+@sim_jit
 def on_arrival(w, r, now):
     """Arrival event of request ``r``."""
-    if w.views[0].status[r] == FINISHED_IGNORED:
+    if w.glob[G_CAP] > 0:
+        _capped_arrival(w, r, now)
+    elif w.views[0].status[r] == FINISHED_IGNORED:
         _finish_ignored(w, r, now)
         release_next(w, r, now)
     else:
+        if w.glob[G_CONCURRENCY] > 0:  # a closed loop's first requests: sent at 0
+            _arm_timeout(w, r, w.fe.t_sent[r] if w.fe.terms[F_ON] != 0.0 else now)
         admit(w, r, now)
 
 
@@ -190,8 +250,13 @@ def request_done(w, r, now):
     """``r`` produced its last token at ``now``."""
     w.hs.t_finish[r] = now
     w.glob[G_DONE] += 1
-    release_next(w, r, now)
+    if w.fe.moved_on[r] == 0:  # (a client that timed out has sent its next one already)
+        w.fe.moved_on[r] = 1
+        release_next(w, r, now)
     round_done(w.ss, r, now + w.fe.d_last[r])
+    stage_done(w.fe, r, now + w.fe.d_last[r])
+    if w.glob[G_CAP] > 0:
+        _free_slot(w, now + w.fe.d_last[r])
 
 
 __all__ = ["World", "admit", "on_arrival", "release_next", "release_round", "request_done",

@@ -55,6 +55,7 @@ from .state import (
     FINISHED_IGNORED,
     FINISHED_LENGTH_CAPPED,
     FINISHED_STOPPED,
+    G_CAP,
     G_CONCURRENCY,
     G_DONE,
     G_ENTRY_HI,
@@ -349,6 +350,7 @@ def _glob(requests, router_code, lay: _Layout, n, conc, max_steps, lay_open) -> 
     glob = np.zeros(N_GLOB, dtype=np.int64)
     glob[G_ROUTER] = router_code
     glob[G_CONCURRENCY] = conc
+    glob[G_CAP] = requests.max_concurrency or 0
     glob[G_HASH_BLOCK] = requests.hash_block_size if requests.hash_ids is not None else 0
     glob[G_NOPEN] = lay_open
     glob[G_MAX_STEPS] = np.iinfo(np.int64).max if max_steps is None else int(max_steps)
@@ -477,6 +479,7 @@ class _Workload:
     arrival: np.ndarray
     conc: int
     n_open: int  # leading requests with arrival times (the rest are released in the run)
+    cap: int  # open-loop sends capped at this many in flight (0: none)
 
 
 PYTHON_S_PER_OUTPUT_TOKEN, PYTHON_S_PER_REQUEST = 1.2e-5, 1e-3
@@ -505,15 +508,21 @@ def _workload(requests, pools) -> _Workload:
     n_open = min(conc, n) if conc else n
     if requests.sessions is not None:
         n_open = requests.sessions.num_first
-    return _Workload(prompt, output_req, output, ignored, arrival, conc, n_open)
+    if requests.stages is not None:  # later stages are sent as earlier ones drain
+        n_open = int(np.count_nonzero(requests.stages.stage == 0))
+    cap = int(requests.max_concurrency or 0)
+    return _Workload(prompt, output_req, output, ignored, arrival, conc, n_open, cap)
 
 
-def _front(w: _Workload, frontend: FrontEnd | None, think: np.ndarray | None = None):
-    """Front-end state (with the closed loop's think times); open arrivals (a closed loop's
-    first requests) become the times the engine gets them."""
+def _front(w: _Workload, frontend: FrontEnd | None, think: np.ndarray | None = None,
+           stages=None, timeout_s: float | None = None):
+    """Front-end state (with the closed loop's think times and timeout, a staged load's
+    stages); open arrivals (a closed loop's first requests) become the times the engine
+    gets them."""
     n = len(w.prompt)
-    fe = make_front(frontend, n, max(w.conc, n - w.n_open), think if w.conc else None)
-    if fe.terms[F_ON] != 0.0 and n:
+    fe = make_front(frontend, n, max(w.conc, n - w.n_open, w.cap), think if w.conc else None,
+                    stages, timeout_s if w.conc else None)
+    if fe.terms[F_ON] != 0.0 and n and not w.cap:  # (capped sends go through it as sent)
         n_open = w.n_open
         fe.t_sent[:n_open] = w.arrival[:n_open]
         w.arrival[:n_open] = frontend.engine_arrivals(w.arrival[:n_open], w.prompt[:n_open])
@@ -542,11 +551,13 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps, fron
     pd = h is not None
     n = len(requests)
     w = _workload(requests, pools)
-    fe = _front(w, frontend, requests.client_delay_s)
+    fe = _front(w, frontend, requests.client_delay_s, requests.stages, requests.timeout_s)
     delay = pd and h.prefill_stage == "delay"
-    if delay and (w.conc or requests.sessions is not None):
+    if delay and (w.conc or w.cap or requests.sessions is not None
+                  or requests.stages is not None):
         raise ValueError("the delay prefill stage needs an open-loop workload (arrival "
-                         "times), not a closed loop or sessions")
+                         "times), not a closed loop, a concurrency cap, sessions or stages "
+                         "that drain")
     hold = int(256 if h is None or h.prefill_hold is None else h.prefill_hold)
     if hold < 0:
         raise ValueError(f"prefill_hold must be >= 0, got {hold!r}")

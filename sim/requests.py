@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ._checks import as_array, check_int, check_positive, first_bad
-from .arrivals import TraceArrivals
+from .arrivals import StagePlan, TraceArrivals
 
 MOONCAKE_BLOCK_SIZE = 512
 """Tokens per prefix hash block in the Mooncake FAST'25 traces."""
@@ -63,6 +63,13 @@ class Requests:
         Rows are rounds of stateful sessions: the first ``sessions.num_first`` rows are the
         sessions' first rounds (arrivals sorted), later rounds follow with NaN arrivals (the
         simulator sends each after its previous round and tool delay).
+    max_concurrency : int, optional
+        Open loop only: the client sends a due request only while fewer than this many are
+        in flight, the others waiting in order (``vllm bench serve --max-concurrency``).
+    stages : serveplan.sim.arrivals.StagePlan, optional
+        Open-loop load in stages that drain (inference-perf): the first stage's requests
+        have their send times, later stages' NaN (the simulator sends each stage at its
+        offsets once the previous one has finished).
 
     Raises
     ------
@@ -86,6 +93,8 @@ class Requests:
     timeout_s: float | None = None
     client_delay_s: np.ndarray | None = None
     sessions: object | None = None
+    stages: StagePlan | None = None
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -99,7 +108,9 @@ class Requests:
                 raise ValueError(f"{name} has {len(a)} entries but arrival_s has {n}")
             first_bad(name, a, a < 1, "lengths must be >= 1")
         arr = self.arrival_s
-        if self.sessions is not None:
+        if self.stages is not None:
+            self._validate_stages(arr)
+        elif self.sessions is not None:
             self.sessions.check_arrivals(arr)
         elif self.concurrency is None:
             first_bad("arrival_s", arr, ~np.isfinite(arr) | (arr < 0),
@@ -115,6 +126,22 @@ class Requests:
                        "arrival_s NaN; the simulator sets them")
         self._validate_hashes(n)
         self._validate_client(n)
+
+    def _validate_stages(self, arr: np.ndarray) -> None:
+        st = self.stages
+        if self.concurrency is not None or self.sessions is not None:
+            raise ValueError("stages are an open-loop load: give them without concurrency "
+                             "or sessions")
+        if len(st) != len(arr):
+            raise ValueError(f"stages has {len(st)} entries but arrival_s has {len(arr)}")
+        first = st.stage == 0
+        first_bad("arrival_s", arr, first & (arr != st.offset_s),
+                  "the first stage's arrivals must be its offsets (stages.offset_s)")
+        first_bad("arrival_s", arr, ~first & ~np.isnan(arr),
+                  "later stages' arrivals must be NaN; the simulator sets them")
+        head = arr[first]
+        if np.any(head[1:] < head[:-1]):
+            raise ValueError("arrival_s must be sorted within the first stage")
 
     def _validate_hashes(self, n: int) -> None:
         given = [x is not None for x in (self.hash_ids, self.hash_offsets, self.hash_block_size)]
@@ -160,6 +187,12 @@ class Requests:
             first_bad("client_delay_s", d, ~np.isfinite(d) | (d < 0),
                       "delays must be finite and >= 0")
             put(self, "client_delay_s", d)
+        if self.max_concurrency is not None:
+            put(self, "max_concurrency", check_int("max_concurrency", self.max_concurrency, 1))
+            if self.concurrency is not None or self.sessions is not None or \
+                    self.stages is not None:
+                raise ValueError("max_concurrency caps an open-loop client: give it without "
+                                 "concurrency, sessions or stages")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -203,12 +236,17 @@ class Requests:
         warmup = int(is_warmup.sum())
         if not is_warmup[:warmup].all():
             raise ValueError("take: warm-up requests must stay the leading requests")
+        if self.stages is not None:
+            if not np.array_equal(idx, np.arange(len(idx))):
+                raise ValueError("take: staged requests can only be cut to their first ones")
+            fields["stages"] = self.stages.head(len(idx))
         return replace(self, arrival_s=self.arrival_s[idx], prompt_len=self.prompt_len[idx],
                        output_len=self.output_len[idx], warmup=warmup, **fields)
 
     def with_arrivals(self, arrival_s: np.ndarray, concurrency: int | None = None) -> Requests:
-        """The same requests with new arrival times (and closed-loop setting)."""
-        return replace(self, arrival_s=arrival_s, concurrency=concurrency)
+        """The same requests with new arrival times (and closed-loop setting; no stages)."""
+        return replace(self, arrival_s=arrival_s, concurrency=concurrency, stages=None,
+                       max_concurrency=self.max_concurrency if concurrency is None else None)
 
     def retimed(self, *, time_scale: float = 1.0, rate: float | None = None) -> Requests:
         """Replay the arrivals faster or slower; see :class:`TraceArrivals`."""
@@ -243,6 +281,8 @@ def tile_requests(requests: Requests, n: int, *, gap_s: float | None = None,
     m = len(requests)
     if m == 0:
         raise ValueError("cannot tile an empty Requests")
+    if requests.stages is not None:
+        raise ValueError("cannot tile staged requests: their stages drain one after another")
     reps = -(-n // m)
     arr = requests.arrival_s
     span = float(arr[-1] - arr[0]) if not requests.is_closed_loop else 0.0

@@ -38,9 +38,10 @@ import numpy as np
 from ._jitcache import sim_jit
 from .timeheap import heap_next_time, heap_pop, heap_push
 
-# front-end terms: fe.terms[F_*]
-F_REQUEST, F_PROMPT_TOKEN, F_OUTPUT, F_OUTPUT_PER_TOKEN, F_ON, F_FREE_AT = range(6)
-N_F = 6
+# front-end terms: fe.terms[F_*]; F_TIMEOUT > 0: a closed-loop client gives up on a request
+# that long after sending it and sends its next one
+F_REQUEST, F_PROMPT_TOKEN, F_OUTPUT, F_OUTPUT_PER_TOKEN, F_ON, F_FREE_AT, F_TIMEOUT = range(7)
+N_F = 7
 # ring of pending closed-loop releases, heap of pending sends: fe.gi[R_*]
 R_HEAD, R_LEN, S_LEN = range(3)
 # per-step runtime terms: costs.rt[c, T_*]
@@ -48,11 +49,15 @@ T_CPU_BASE, T_CPU_PER_REQUEST, T_CPU_PER_TOKEN, T_GPU_EXTRA, T_GPU_PER_PREFILL_T
 N_T = 5
 
 Front = namedtuple("Front", ["terms", "gi", "ring_r", "ring_t", "t_sent", "d_first", "d_last",
-                             "think", "heap_r", "heap_t"])
+                             "think", "heap_r", "heap_t", "st_of", "st_offset", "st_first",
+                             "st_left", "st_end", "moved_on"])
 """Front-end state: terms (and the time the front end is next free), the ring of pending
 closed-loop releases, each request's client send time and the output delays of its first
 and last tokens; the clients' think time before each request and the heap of pending
-sends."""
+sends; a staged load's stages (:class:`~serveplan.sim.arrivals.StagePlan`: each request's
+stage and offset, each stage's first request, requests left and last response so far;
+empty without stages); which requests' clients have moved on (timed out, or finished).
+A pending send with a negative id ``-(r + 1)`` is request ``r``'s client timeout."""
 
 
 def _check_nonneg(obj) -> None:
@@ -109,21 +114,35 @@ class FrontEnd:
 
 
 def make_front(front: FrontEnd | None, n_requests: int, concurrency: int,
-               think: np.ndarray | None = None) -> Front:
+               think: np.ndarray | None = None, stages=None,
+               timeout_s: float | None = None) -> Front:
     """Front-end state for a run (inactive when ``front`` is None or all zero); ``think``:
-    each request's client think time (closed loop; None: none)."""
+    each request's client think time (closed loop; None: none); ``stages``: a staged load's
+    :class:`~serveplan.sim.arrivals.StagePlan` (None: none); ``timeout_s``: a closed-loop
+    client's timeout (None: none)."""
     terms = np.zeros(N_F)
     if front is not None and front.active:
         terms[:4] = [front.request_s, front.prompt_token_s, front.output_s,
                      front.output_per_token_s]
         terms[F_ON] = 1.0
     cap = max(int(concurrency), 1)
+    if timeout_s is not None:  # each sent request's timeout waits among the pending sends
+        terms[F_TIMEOUT] = timeout_s
+        cap += n_requests
     think = np.zeros(n_requests) if think is None else np.array(think, dtype=np.float64)
+    if stages is None:
+        st_of, st_offset, st_first = np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(1,
+                                                                                     np.int64)
+    else:
+        st_of, st_offset, st_first = stages.stage, stages.offset_s, stages.first_index
     return Front(terms=terms, gi=np.zeros(3, dtype=np.int64),
                  ring_r=np.zeros(cap, dtype=np.int64), ring_t=np.zeros(cap),
                  t_sent=np.full(n_requests, np.nan), d_first=np.zeros(n_requests),
                  d_last=np.zeros(n_requests), think=think,
-                 heap_r=np.zeros(cap, dtype=np.int64), heap_t=np.zeros(cap))
+                 heap_r=np.zeros(cap, dtype=np.int64), heap_t=np.zeros(cap),
+                 st_of=st_of, st_offset=st_offset, st_first=st_first,
+                 st_left=np.diff(st_first), st_end=np.zeros(len(st_first) - 1),
+                 moved_on=np.zeros(n_requests, dtype=np.int8))
 
 
 @sim_jit
@@ -172,6 +191,23 @@ def pop_release(fe):
 def push_send(fe, r, at):
     """Request ``r``'s client will send it at ``at`` (after its think time)."""
     heap_push(fe.heap_t, fe.heap_r, fe.gi, S_LEN, at, r)
+
+
+@sim_jit
+def stage_done(fe, r, t_client):
+    """A staged load's request ``r`` got its last token at client time ``t_client``: when
+    it is the last of its stage, the next stage's requests are sent at their offsets from
+    the stage's last response (pending sends)."""
+    if fe.st_of.shape[0] == 0:
+        return
+    s = fe.st_of[r]
+    if t_client > fe.st_end[s]:
+        fe.st_end[s] = t_client
+    fe.st_left[s] -= 1
+    if fe.st_left[s] != 0 or s + 1 >= fe.st_left.shape[0]:
+        return
+    for k in range(fe.st_first[s + 1], fe.st_first[s + 2]):
+        push_send(fe, k, fe.st_end[s] + fe.st_offset[k])
 
 
 @sim_jit

@@ -140,10 +140,13 @@ DP_TOKENS_MAX, DP_TOKENS_SUM, DP_TOKENS_SGLANG = 0, 1, 2
 # work at the time it is given (state set up outside the loop), then handles events.
 # G_DEFER != 0 while a lockstep group schedules its members: a scheduled step is only
 # marked busy, and the group prices its members together (serveplan.sim.step.price_step).
+# G_CAP > 0: open-loop sends capped at G_CAP requests in flight (vllm bench serve
+# --max-concurrency), G_INFLIGHT of them now; arrivals beyond wait, in order, from request
+# G_HELD_HEAD on (G_HELD_LEN of them).
 (G_ROUTER, G_CONCURRENCY, G_HASH_BLOCK, G_NEXT, G_NOPEN, G_DONE, G_RR, G_STEPS, G_ERROR,
  G_MAX_STEPS, G_ENTRY_LO, G_ENTRY_HI, G_PAUSE, G_STOP_DONE, G_START_IDLE,
- G_DEFER) = range(16)
-N_GLOB = 16
+ G_DEFER, G_CAP, G_INFLIGHT, G_HELD_HEAD, G_HELD_LEN) = range(20)
+N_GLOB = 20
 ERR_NONE, ERR_STALL, ERR_MAX_STEPS = 0, 1, 2
 CPU_HIT = -2  # an inst.hits entry: the block is in the CPU tier, not on the GPU
 # per-instance integer state: inst.ist[i, I_*]. I_RECV: decode iterations since the

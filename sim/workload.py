@@ -41,6 +41,7 @@ from .arrivals import (
     GammaArrivals,
     InferencePerfArrivals,
     PoissonArrivals,
+    StagePlan,
     TraceArrivals,
     VllmBenchArrivals,
     scale_pattern,
@@ -62,7 +63,7 @@ __all__ = [
     "MOONCAKE_BLOCK_SIZE", "ArrivalProcess", "ClosedLoop", "ConstantArrivals", "Empirical", "Fixed",
     "GammaArrivals", "InferencePerfArrivals", "LengthDist", "LogNormal", "PoissonArrivals",
     "PrefixSharing", "PromptPool", "Requests", "SeedLike", "ShareGPTLength", "ShareGPTPairs",
-    "TraceArrivals", "Uniform", "VllmBenchArrivals", "closed_loop_predecessor",
+    "StagePlan", "TraceArrivals", "Uniform", "VllmBenchArrivals", "closed_loop_predecessor",
     "generate_requests", "scale_pattern", "sharegpt_pairs", "synthetic_prefix_hashes",
     "tile_requests",
 ]
@@ -147,8 +148,14 @@ def generate_requests(n: int, arrivals: ArrivalProcess, prompt_len: Lengths,
     if index is not None:
         prompt, output = prompt[index], output[index]
     closed = isinstance(arrivals, ClosedLoop)
-    return Requests(arrival_s=arrivals.sample(n, rng_arr), prompt_len=prompt, output_len=output,
+    stages = None
+    if isinstance(arrivals, InferencePerfArrivals):  # later stages start as earlier ones drain
+        arrival, stages = arrivals.staged(n, rng_arr)
+    else:
+        arrival = arrivals.sample(n, rng_arr)
+    return Requests(arrival_s=arrival, prompt_len=prompt, output_len=output,
                     concurrency=arrivals.concurrency if closed else None, warmup=warmup,
                     timeout_s=timeout_s,
                     client_delay_s=arrivals.client_delays(n, rng_think) if closed else None,
+                    stages=stages, max_concurrency=getattr(arrivals, "max_concurrency", None),
                     **hashes)

@@ -5,6 +5,7 @@ the tool's documented algorithm written out here or a hand computation."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from serveplan.config import Workload
 from serveplan.sim import clients
 from serveplan.sim import workload as W
 from serveplan.sim.clients import TIMEOUT_ATTR, WARMUP_ATTR, client_outcome
+from serveplan.sim.engine import AffineStepCost, EngineParams, run_engine
 from serveplan.sim.state import FINISHED_IGNORED, FINISHED_STOPPED, RUNNING
 
 WORKLOAD = TypeAdapter(Workload)
@@ -98,6 +100,66 @@ def test_inference_perf_constant_stages():
     with pytest.raises(ValueError, match="send 15 requests, not n = 3"):
         a.sample(3)
 
+
+
+def test_inference_perf_staged_plan_has_the_same_draws():
+    # staged(): stage 0 keeps its send times; stage 1's offsets run from stage 0's drain:
+    # interval 0.5 + the 1-s queue fill + its own schedule (sample() added them to the last
+    # send, 4.0, instead of to the drain)
+    a = W.InferencePerfArrivals("constant", ((2.5, 3.0), (4.0, 2.0)), interval=0.5)
+    sent = a.sample(seed=11)
+    arrival, plan = a.staged(seed=11)
+    np.testing.assert_array_equal(plan.stage, [0] * 7 + [1] * 8)
+    np.testing.assert_allclose(arrival[:7], sent[:7])
+    assert np.isnan(arrival[7:]).all()
+    np.testing.assert_allclose(plan.offset_s[7:], sent[7:] - 4.0)
+    np.testing.assert_array_equal(plan.first_index, [0, 7, 15])
+    req = W.generate_requests(15, a, W.Fixed(10), W.Fixed(2), seed=3)
+    np.testing.assert_array_equal(req.stages.stage, plan.stage)
+
+
+def test_stages_drain_before_the_next_one_is_sent():
+    # Every step takes 10 ms. Stage 0: A (sent 0, 100 + 3 tokens) prefills 0 -> 0.010 and
+    # decodes to 0.030; B (sent 0.005, 100 + 5) joins the step 0.010 -> 0.020 (its prompt,
+    # A's token 2) and decodes to 0.060. Stage 0 drains at 0.060, B's last token -- not at
+    # its last send, 0.005. C (stage 1, offset 0.5) is sent at 0.560 and, 2 tokens long,
+    # finishes at 0.580.
+    plan = W.StagePlan(np.array([0, 0, 1]), np.array([0.0, 0.005, 0.5]))
+    req = W.Requests(np.array([0.0, 0.005, np.nan]), np.array([100, 100, 100]),
+                     np.array([3, 5, 2]), stages=plan)
+    res = run_engine(req, AffineStepCost(0.010), EngineParams(num_gpu_blocks=1000))
+    r = res.reqs
+    np.testing.assert_allclose(r.arrival, [0.0, 0.005, 0.560], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r.t_finish, [0.030, 0.060, 0.580], rtol=0, atol=1e-12)
+
+
+def test_staged_requests_are_checked():
+    plan = W.StagePlan(np.array([0, 1]), np.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match="later stages' arrivals must be NaN"):
+        W.Requests(np.array([0.0, 1.0]), np.array([5, 5]), np.array([2, 2]), stages=plan)
+    with pytest.raises(ValueError, match="go up one at a time"):
+        W.StagePlan(np.array([0, 2]), np.array([0.0, 1.0]))
+    req = W.Requests(np.array([0.0, np.nan]), np.array([5, 5]), np.array([2, 2]), stages=plan)
+    assert req.take(slice(0, 1)).stages.stage.tolist() == [0]
+    with pytest.raises(ValueError, match="cut to their first ones"):
+        req.take(np.array([1]))
+    with pytest.raises(ValueError, match="cannot tile staged requests"):
+        W.tile_requests(req, 4)
+
+
+def test_a_timed_out_client_sends_its_next_request_at_the_timeout():
+    # One closed-loop client, timeout 26 ms; every step takes 10 ms. A (50 + 5 tokens) runs
+    # 0 -> 0.050; the client gives up at 0.026 and sends B then (not at 0.050). B joins the
+    # step 0.030 -> 0.040 and ends at 0.050, within its timeout, so its finish sends C at
+    # 0.050; C ends at 0.070. The server still serves A to its end.
+    req = W.Requests(np.full(3, np.nan), np.array([50, 50, 50]), np.array([5, 2, 2]),
+                     concurrency=1, timeout_s=0.026)
+    r = run_engine(req, AffineStepCost(0.010), EngineParams(num_gpu_blocks=1000)).reqs
+    np.testing.assert_allclose(r.arrival, [0.0, 0.026, 0.050], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r.t_finish, [0.050, 0.050, 0.070], rtol=0, atol=1e-12)
+    patient = run_engine(replace(req, timeout_s=None), AffineStepCost(0.010),
+                         EngineParams(num_gpu_blocks=1000)).reqs
+    np.testing.assert_allclose(patient.arrival, [0.0, 0.050, 0.070], rtol=0, atol=1e-12)
 
 def test_inference_perf_poisson_windows():
     a = W.InferencePerfArrivals("poisson", ((3.0, 4.0),))
@@ -218,8 +280,30 @@ def test_vllm_bench_config():
     assert WORKLOAD.validate_json(WORKLOAD.dump_json(burst)) == burst  # inf survives JSON
     closed = clients.build_requests(burst)
     assert closed.concurrency == 3
-    with pytest.raises(ValueError, match="max_concurrency with a finite request_rate"):
-        clients.build_requests(spec(kind="vllm-bench-serve", request_rate=1, max_concurrency=3))
+    capped = clients.build_requests(spec(kind="vllm-bench-serve", request_rate=1,
+                                         max_concurrency=3, num_prompts=6))
+    assert (capped.concurrency, capped.max_concurrency) == (None, 3)
+    assert capped.arrival_s[-1] == pytest.approx(6.0)  # the schedule; sends are the run's
+
+
+def test_max_concurrency_holds_due_requests_back():
+    # vllm bench serve --max-concurrency 2; every step takes 10 ms. A (due 0, 50 + 3 tokens)
+    # and B (due 0.001, 50 + 5) are sent when due: A prefills 0 -> 0.010, B joins the next
+    # step and A ends at 0.030. C (due 0.002) and D (due 0.003) find 2 in flight and wait:
+    # C is sent as A ends, 0.030, prefills with B's decode and ends at 0.050 (2 tokens); D
+    # is sent then and, 1 token, ends with its prefill at 0.060, as does B (5th token).
+    req = W.Requests(np.array([0.0, 0.001, 0.002, 0.003]), np.array([50, 50, 50, 50]),
+                     np.array([3, 5, 2, 1]), max_concurrency=2)
+    res = run_engine(req, AffineStepCost(0.010), EngineParams(num_gpu_blocks=1000))
+    r = res.reqs
+    np.testing.assert_allclose(r.arrival, [0.0, 0.001, 0.030, 0.050], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r.t_finish, [0.030, 0.060, 0.050, 0.060], rtol=0, atol=1e-12)
+    free = run_engine(replace(req, max_concurrency=None), AffineStepCost(0.010),
+                      EngineParams(num_gpu_blocks=1000)).reqs
+    np.testing.assert_allclose(free.arrival, req.arrival_s)  # without the cap: when due
+    with pytest.raises(ValueError, match="max_concurrency caps an open-loop client"):
+        W.Requests(np.full(2, np.nan), np.array([5, 5]), np.array([2, 2]), concurrency=1,
+                   max_concurrency=1)
 
 
 def test_vllm_random_range_ratio():
