@@ -124,6 +124,9 @@ class EngineConfig(_Frozen):
     new_token_ratio: float | None = Field(
         None, ge=0.0, le=1.0, description="SGLang's initial reservation of future decode "
         "tokens (init_new_token_ratio); 0 = none.")
+    schedule_policy: Literal["fcfs", "lpm"] | None = Field(
+        None, description="SGLang --schedule-policy: fcfs (the default) or lpm (the waiting "
+        "queue by longest cached prefix, up to 128 waiting).")
 
     @model_validator(mode="after")
     def _budget_holds_seqs(self):

@@ -270,7 +270,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
         scheduler_recv_interval=_knob(d, "scheduler_recv_interval", rt, 1),
         batch_wait_timeout_iters=_knob(d, "batch_wait_timeout_iters", rt, 0),
         batch_wait_max_tokens_ratio=_knob(d, "batch_wait_max_tokens_ratio", rt, 0.0),
-        new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0))
+        new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0),
+        schedule_policy=_knob(d, "schedule_policy", rt, "fcfs"))
     return ResolvedDeployment(d, oracle, params, memory, rt, _cpu_tier(d, oracle, block_size),
                               spec)
 

@@ -14,6 +14,7 @@ from .state import (
     K_CHUNKED,
     K_GROUP_SIZE,
     K_LONG_PREFILL,
+    K_LPM,
     K_MAX_MODEL_LEN,
     K_MAX_SEQS,
     K_MAX_TOKENS,
@@ -45,8 +46,10 @@ class EngineParams:
     earliest, and the step's CPU work overlaps the GPU's), ``num_scheduler_steps`` (vLLM
     <= 0.6 multi-step: a decode-only batch runs that many steps per scheduling and its
     tokens reach the client together), SGLang's ``enable_mixed_chunk``,
-    ``scheduler_recv_interval`` (new requests read every that many decode iterations) and initial
-    ``new_token_ratio`` (its reservation of future decode tokens; 0 = none).
+    ``scheduler_recv_interval`` (new requests read every that many decode iterations), initial
+    ``new_token_ratio`` (its reservation of future decode tokens; 0 = none) and
+    ``schedule_policy`` (``fcfs``, or ``lpm``: the waiting queue by longest cached prefix,
+    :mod:`serveplan.sim.sglang_lpm`; needs the ``sglang`` policy with ``new_token_ratio > 0``).
     """
 
     num_gpu_blocks: int
@@ -66,6 +69,7 @@ class EngineParams:
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
     new_token_ratio: float = 0.0
+    schedule_policy: str = "fcfs"
 
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "block_size",
@@ -87,6 +91,13 @@ class EngineParams:
                              f"{self.batch_wait_max_tokens_ratio!r}")
         if not 0.0 <= self.new_token_ratio <= 1.0:
             raise ValueError(f"new_token_ratio must be in [0, 1], got {self.new_token_ratio!r}")
+        if self.schedule_policy not in ("fcfs", "lpm"):
+            raise ValueError("schedule_policy must be 'fcfs' or 'lpm', got "
+                             f"{self.schedule_policy!r}")
+        if self.schedule_policy == "lpm" and not (self.policy == Policy.SGLANG
+                                                  and self.new_token_ratio > 0):
+            raise ValueError("schedule_policy 'lpm' is SGLang's: it needs policy sglang with "
+                             "new_token_ratio > 0 (SGLang's scheduler)")
         if self.policy == Policy.SGLANG and self.new_token_ratio > 0 and self.chunked and \
                 self.max_num_batched_tokens % self.block_size:
             raise ValueError(  # SGLang asserts it: chunked_prefill_size % page_size == 0
@@ -120,6 +131,7 @@ class EngineParams:
             row[K_WAIT_TOKENS] = math.ceil(self.batch_wait_max_tokens_ratio
                                            * self.max_num_batched_tokens)
         row[K_NEW_TOKEN_RATIO] = round(self.new_token_ratio * 1000)
+        row[K_LPM] = int(self.schedule_policy == "lpm")
         row[K_GROUP_SIZE] = 1
         return row
 

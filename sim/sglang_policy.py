@@ -41,9 +41,8 @@ scheduler iteration (one simulator step):
    iteration whose batch lost requests (finished or retracted) reopens admission.
 4. An iteration without any batch (an idle instance) resets the ratio to its initial value.
 
-Not modelled: the ``lpm`` / ``dfs-weight`` policies (they reorder the waiting queue by
-radix-tree prefix matches and deprioritise requests whose prefix another waiting request
-shares, which needs a prefix index of the waiting queue), ``max_prefill_tokens`` apart
+The ``lpm`` schedule policy sorts the waiting queue first (:mod:`serveplan.sim.sglang_lpm`).
+Not modelled: ``dfs-weight``, ``max_prefill_tokens`` apart
 from the token budget (both are ``max_num_batched_tokens`` here), the order of running
 requests after a mixed batch (SGLang puts the new ones first; it only breaks retraction
 ties), ``ignore_eos`` requests' separate admission test.
@@ -53,6 +52,7 @@ from __future__ import annotations
 
 from ._jitcache import sim_jit
 from .kvcache import M_SCHED_FULL, M_SCHED_NRUN, num_free
+from .sglang_lpm import lpm_sort
 from .state import (
     A_BUSY_UNTIL,
     A_NEW_TOKEN_RATIO,
@@ -62,6 +62,7 @@ from .state import (
     I_WLEN,
     K_BLOCK,
     K_CHUNKED,
+    K_LPM,
     K_MAX_SEQS,
     K_MAX_TOKENS,
     K_MIXED_CHUNK,
@@ -184,6 +185,8 @@ def _prefill(pool, inst, reqs, knobs, glob, i, now, chunked_r, seen_running, ful
     """``get_new_batch_prefill``; returns whether admission is closed afterwards."""
     if chunked_r < 0 and seen_running >= knobs[i, K_MAX_SEQS]:
         return True
+    if knobs[i, K_LPM] != 0:  # calc_priority
+        lpm_sort(pool, inst, reqs, knobs, glob, i)
     bs = knobs[i, K_BLOCK]
     offset = _running_offset(inst, reqs, i, inst.acc[i, A_NEW_TOKEN_RATIO])
     mixed = seen_running if knobs[i, K_MIXED_CHUNK] != 0 else 0

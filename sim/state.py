@@ -125,12 +125,13 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 # (DP_TOKENS_*, serveplan.sim.pools.DPTokens). K_RECV_INTERVAL: SGLang's
 # --scheduler-recv-interval (new requests are read every that many decode iterations).
 # K_WAIT_ITERS, K_WAIT_TOKENS: TensorRT-LLM's batch waiting (batch_wait_timeout_iters, and
-# batch_wait_max_tokens_ratio x max_num_tokens in tokens).
+# batch_wait_max_tokens_ratio x max_num_tokens in tokens). K_LPM: SGLang's --schedule-policy
+# lpm (serveplan.sim.sglang_lpm).
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
  K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS, K_ASYNC, K_MULTI_STEP,
  K_MIXED_CHUNK, K_NEW_TOKEN_RATIO, K_SPEC_TOKENS, K_SPEC_LOOKAHEAD, K_GROUP,
- K_GROUP_SIZE, K_DP_TOKENS, K_RECV_INTERVAL, K_WAIT_ITERS, K_WAIT_TOKENS) = range(25)
-N_KNOBS = 25
+ K_GROUP_SIZE, K_DP_TOKENS, K_RECV_INTERVAL, K_WAIT_ITERS, K_WAIT_TOKENS, K_LPM) = range(26)
+N_KNOBS = 26
 DP_TOKENS_MAX, DP_TOKENS_SUM, DP_TOKENS_SGLANG = 0, 1, 2
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
@@ -167,7 +168,7 @@ N_ACC = 10
 Reqs = namedtuple("Reqs", [
     "arrival", "prompt", "output", "computed", "n_out", "status", "inst", "slot",
     "t_sched", "t_first", "t_last", "t_finish", "itl_max", "n_preempt", "hit",
-    "hash_ids", "hash_off", "cpu_hit",
+    "hash_ids", "hash_off", "cpu_hit", "prio",
 ])
 Inst = namedtuple("Inst", [
     "ist", "acc", "run", "wq", "blocks", "nblk", "nhashed", "free_slots",
@@ -198,6 +199,7 @@ def make_reqs(arrival, prompt, output, hash_ids=None, hash_off=None) -> Reqs:
         hash_ids=np.array(hash_ids, dtype=np.int64),  # a writable copy (traces are read-only)
         hash_off=np.array(hash_off, dtype=np.int64),
         cpu_hit=np.zeros(n, dtype=np.int64),
+        prio=np.zeros(n, dtype=np.int64),
     )
 
 
