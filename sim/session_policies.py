@@ -246,7 +246,7 @@ def _preempt_class(ss, r, policy):
     """``r``'s class in the preemption order: H2Q-BR's queue (``QS`` before ``QL``; the
     bounded-release and liveness picks keep their queue), skip-join MLFQ's level."""
     if policy == POLICY_H2Q_BR:
-        return ss.q[r]  # classified by the ranking pass of this step
+        return h2q_class(ss, r)  # (the release and liveness picks skip it in the ranking)
     return mlfq_level(ss, r)
 
 
@@ -286,11 +286,16 @@ def _run_one(pool, inst, reqs, knobs, glob, ss, i, idx, nr, budget, policy):
     running request last in the preemption order (:func:`_victim`) is preempted, even one
     scheduled earlier in this pass (its tokens are taken back, as vLLM's priority policy
     does), possibly the request itself. Returns ``(budget left, next position, original
-    running requests left, preempted any, stop)``."""
+    running requests left, preempted any)``.
+
+    A request that preempts itself leaves the pass, which goes on with the next one: vLLM
+    stops scheduling running requests there, but the walk's order is not the preemption
+    order, so the first one walked may be the one preempted, and an empty step would leave
+    the instance idle with work (vLLM's engine loop would schedule again at once)."""
     r = inst.run[i, idx]
     num_new = _cap_new_tokens(knobs, i, num_tokens(reqs, r) - reqs.computed[r], budget)
     if num_new <= 0:
-        return budget, idx + 1, nr, False, False
+        return budget, idx + 1, nr, False
     preempted = False
     while not allocate_running(pool, inst, reqs, knobs, glob, i, r, num_new):
         v = _victim(inst, reqs, ss, i, policy)
@@ -301,11 +306,11 @@ def _run_one(pool, inst, reqs, knobs, glob, ss, i, idx, nr, budget, policy):
         if v < nr:
             nr -= 1
         if victim == r:
-            return budget, idx, nr, True, True
+            return budget, idx, nr, True
         if v < idx:
             idx -= 1
     add_to_batch(inst, reqs, i, r, num_new)
-    return budget - num_new, idx + 1, nr, preempted, False
+    return budget - num_new, idx + 1, nr, preempted
 
 
 @sim_jit
@@ -320,12 +325,10 @@ def build_ranked(pool, inst, reqs, knobs, glob, ss, i, now, policy):
         if head >= 0 and not waiting_visible(inst, reqs, i, head):
             head = -1
         if idx < nr and (head < 0 or ss.pos[inst.run[i, idx]] < ss.pos[head]):
-            budget, idx, nr, pre, stop = _run_one(pool, inst, reqs, knobs, glob, ss, i, idx, nr,
-                                                  budget, policy)
+            budget, idx, nr, pre = _run_one(pool, inst, reqs, knobs, glob, ss, i, idx, nr,
+                                            budget, policy)
             if pre:
                 admitting = False  # vLLM v1 admits nothing in a step that preempted
-            if stop:
-                break
         elif head >= 0:
             left = admit_head(pool, inst, reqs, knobs, glob, i, budget, now, chunked, False)
             if left < 0:

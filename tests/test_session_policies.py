@@ -284,3 +284,29 @@ def test_h2q_finishes_the_scenario_whose_ranks_used_to_swap_forever():
     assert np.all(r.status == FINISHED_STOPPED)
     np.testing.assert_array_equal(r.n_out, output)
     assert r.n_preempt.sum() > 0  # the blocks were contended
+
+
+def test_a_request_walked_first_that_preempts_itself_lets_the_others_run():
+    # X (arrival 5.0, a sticky-long session with a carryover credit: the bounded-release
+    # pick, walked first) has 512 of 1,000 prompt tokens done (32 blocks); Y (arrival 1.0,
+    # QS) decodes after a 64-token prompt (4 blocks). 10 of 46 blocks are free and X's
+    # chunk (488 tokens) needs 31 more: X is the largest (queue, arrival) running -- QL
+    # after QS -- so it preempts itself, freeing its 32 blocks, and the walk goes on: Y
+    # decodes (its 5th block). An empty step here would leave the instance idle with work.
+    X, Y = 0, 1
+    reqs, inst, ss = queues([1000, 64], [5.0, 1.0], running=(Y, X))
+    knobs = EngineParams(num_gpu_blocks=46, policy=Policy.H2Q_BR).knob_row()[None, :]
+    pool = make_pool([46])
+    glob = np.zeros(N_GLOB, dtype=np.int64)
+    _give_blocks(pool, inst, reqs, knobs, X, 512)
+    _give_blocks(pool, inst, reqs, knobs, Y, 64)
+    reqs.n_out[Y] = 1
+    ss.z[ss.sid[X]], ss.carry[ss.sid[X]] = 1, 1
+    inst.wq[0, :] = -1
+    inst.ist[0, I_WHEAD], inst.ist[0, I_WLEN] = 0, 0
+    rank_queues(inst, reqs, ss, 0, POLICY_H2Q_BR)
+    assert running(inst) == [X, Y] and int(ss.rel[0]) == X
+    build_ranked(pool, inst, reqs, knobs, glob, ss, 0, 6.0, POLICY_H2Q_BR)
+    n = inst.ist[0, I_BATCH]
+    assert [(int(inst.b_req[0, j]), int(inst.b_new[0, j])) for j in range(n)] == [(Y, 1)]
+    assert running(inst) == [Y] and waiting(inst) == [X] and reqs.computed[X] == 0
