@@ -61,11 +61,12 @@ def command_lines(body: str) -> list[list[str]]:
     return out
 
 
-def run_documented(args: list[str], where: Path) -> None:
-    """Run one documented command (shortened, example paths made absolute) and check it
-    succeeded and that a result it wrote carries its kind and units."""
+def run_documented(args: list[str], where: Path, shorten: bool = True) -> None:
+    """Run one documented command (shortened unless told not to, example paths made
+    absolute) and check it succeeded and that a result it wrote carries its kind and
+    units."""
     args = [str(REPO / a) if a.startswith("examples/") else a for a in args]
-    args = args + SHORT.get(args[0], [])
+    args = args + (SHORT.get(args[0], []) if shorten else [])
     r = CliRunner().invoke(app, args)
     shown = "serveplan " + " ".join(args)
     assert r.exit_code == 0, f"{shown}\n{r.output}"
@@ -152,6 +153,7 @@ def test_example(example, in_tmp):
     trace = (data.get("workload") or {}).get("path")
     if trace and not (example.parent / trace).is_file():
         pytest.skip(f"{example.name}: trace {trace} not present")
+    staged = (data.get("workload") or {}).get("kind") == "inference-perf"  # stages set -n
     for args in commands:
         assert f"examples/{example.name}" in args, f"{example.name}: {args}"
-        run_documented(args, in_tmp)
+        run_documented(args, in_tmp, shorten=not staged)

@@ -228,3 +228,20 @@ def test_slo_met_reads_the_same_for_colocated_and_pd(tmp_path, ttft_ms, word):
         assert len(row) == 1 and row[0].split()[-2] == word, (name, row)
         assert json.loads(run(path, "--requests", 20, "--json").output)["slo_met"] is (
             word == "yes")
+
+
+def test_flags_replace_a_workload_field_given_under_the_clients_name():
+    """``-n`` / ``--rate`` replace ``num_prompts`` / ``request_rate`` (vllm bench serve's
+    names) instead of clashing with them; an inference-perf workload, whose stages set both,
+    refuses them with a clear error."""
+    from serveplan.commands.common import resolve_overrides
+    from serveplan.errors import UserError
+
+    bench = {"workload": {"kind": "vllm-bench-serve", "num_prompts": 1000,
+                          "request_rate": 12, "max_concurrency": 48}}
+    w = resolve_overrides(bench, requests=100, rate=3.0)["workload"]
+    assert w == {"kind": "vllm-bench-serve", "num_requests": 100, "rate": 3.0,
+                 "max_concurrency": 48}
+    staged = {"workload": {"kind": "inference-perf", "stages": [{"rate": 2, "duration": 5}]}}
+    with pytest.raises(UserError, match="inference-perf workload takes its rate and request"):
+        resolve_overrides(staged, requests=100)

@@ -157,6 +157,10 @@ def _workload_overrides(workload: dict, trace, sessions, num_sessions, concurren
     return workload
 
 
+WORKLOAD_ALIASES = {"num_requests": ("num_prompts",), "rate": ("request_rate",)}
+"""Workload fields a file may give under a client's own name (``vllm bench serve``'s)."""
+
+
 def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_scale=None,
                       concurrency=None, isl=None, osl=None, seed=None, scheduler=None,
                       router=None, num_instances=None, num_gpu_blocks=None, max_num_seqs=None,
@@ -177,9 +181,15 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
     workload = _workload_overrides(dict(data.get("workload") or {}), trace, sessions,
                                    num_sessions, concurrency)
     n_key = "num_sessions" if workload.get("kind") == "sessions" else "num_requests"
+    if workload.get("kind") == "inference-perf" and (rate, requests) != (None, None):
+        raise UserError("--rate / --requests: an inference-perf workload takes its rate and "
+                        "request count from its stages (rate x duration each); change "
+                        "workload.stages instead")
     for key, value in (("rate", rate), (n_key, requests), ("time_scale", time_scale),
                        ("isl", isl), ("osl", osl)):
         if value is not None:
+            for alias in WORKLOAD_ALIASES.get(key, ()):  # the flag replaces the file's
+                workload.pop(alias, None)
             workload[key] = value
     data = {**data, "workload": workload} if workload or "workload" in data else dict(data)
     flags = {"seed": seed, "deployment.router": router,
