@@ -273,9 +273,11 @@ def test_inference_perf_replay(ip_run):
     req = requests_for(ip_run)
     assert_same(req.arrival_s, ip_run.send_s)
     assert_same(req.output_len, [4, 3, 4, 3, 2, 1, 5])  # failed: the requested mean, 4
-    sched = requests_for(ip_run, seed=3, arrivals="schedule")
-    expected = InferencePerfArrivals("constant", ((2.0, 1.5), (4.0, 1.0)), 1.0).sample(7, 3)
-    assert_same(sched.arrival_s, expected)
+    sched = requests_for(ip_run, seed=3, arrivals="schedule")  # stage 2 after stage 1 drains
+    arrival, plan = InferencePerfArrivals("constant", ((2.0, 1.5), (4.0, 1.0)), 1.0).staged(7, 3)
+    assert_same(sched.arrival_s, arrival)
+    assert_same(sched.stages.offset_s, plan.offset_s)
+    assert sched.stages.stage.tolist() == [0, 0, 0, 1, 1, 1, 1]
 
 
 def test_inference_perf_one_stage_file():
@@ -366,3 +368,13 @@ def test_wrong_tool_and_missing_path():
         read_run(DATA / "vllm_detailed.json", "genai-perf")
     with pytest.raises(UserError, match="no such file"):
         read_run(DATA / "nope.json")
+
+
+def test_replayed_schedule_keeps_the_clients_concurrency_cap(vllm_run):
+    # vllm bench serve --request-rate 4 --max-concurrency 2: the schedule as drawn, and the
+    # cap the simulator applies (a due request waits while 2 are in flight)
+    run = replace(vllm_run, load=replace(vllm_run.load, concurrency=2))
+    req = requests_for(run, seed=4, arrivals="schedule")
+    assert (req.max_concurrency, req.concurrency) == (2, None)
+    assert_same(req.arrival_s, VllmBenchArrivals(4.0, 1.0).sample(6, 4))
+    assert requests_for(vllm_run, seed=4, arrivals="schedule").max_concurrency is None

@@ -31,7 +31,10 @@ Arrivals (``arrivals="auto"``)
       ``--ramp-up-strategy`` the ramp of ``get_request``); aiperf's renewal processes
       (:class:`PoissonArrivals`, :class:`GammaArrivals` with ``cv = 1 / sqrt(smoothness)``,
       :class:`ConstantArrivals`); inference-perf
-      :class:`~serveplan.sim.arrivals.InferencePerfArrivals` over its stages.
+      :class:`~serveplan.sim.arrivals.InferencePerfArrivals` over its stages, each stage
+      sent once the previous one has drained (its ``staged`` plan); a rate with a
+      concurrency cap (vLLM ``--max-concurrency``) holds due requests back while that
+      many are in flight (``Requests.max_concurrency``).
 
     ``arrivals="recorded"`` forces the send times (open loop, even for a closed loop);
     ``arrivals="schedule"`` forces the client's schedule (a closed loop's is the loop).
@@ -152,9 +155,9 @@ def arrival_notes(run: BenchRun, mode: str = "auto") -> list[str]:
         return []
     notes = ["no recorded send times: arrivals are the client's schedule drawn from a seed, "
              "the same law as the run's sends but not the same times"]
-    if load.kind == "rate" and load.concurrency is not None and math.isfinite(
-            load.request_rate):
-        notes.append(f"the client's concurrency cap ({load.concurrency}) is not simulated")
+    if load.kind == "rate" and load.concurrency is not None:
+        notes.append(f"a due request waits while {load.concurrency} are in flight (the "
+                     "client's concurrency cap), as the client held it back")
     return notes
 
 
@@ -183,14 +186,25 @@ def _rate_process(run: BenchRun):
     return PoissonArrivals(load.request_rate)
 
 
-def _schedule(run: BenchRun, n: int, seed: int) -> np.ndarray:
+def _schedule(run: BenchRun, n: int, seed: int) -> tuple[np.ndarray, dict]:
+    """The client's schedule: send times (NaN where the simulator sends: later stages) and
+    the :class:`Requests` fields that hold sends back (stages that drain, a concurrency
+    cap)."""
     load = run.load
     if load.kind == "stages":
         arrivals = InferencePerfArrivals(load.arrival, load.stages, load.stage_interval_s)
         if arrivals.num_requests != n:
             raise UserError(f"{run.path}: stages: they send {arrivals.num_requests} requests "
                             f"but the run has {n}; the schedule cannot be rebuilt")
-        return arrivals.sample(n, seed)
+        arrival, plan = arrivals.staged(n, seed)
+        return arrival, {"stages": plan}
+    cap = {"max_concurrency": load.concurrency} if load.kind == "rate" and \
+        load.concurrency is not None else {}
+    return _send_times(run, n, seed), cap
+
+
+def _send_times(run: BenchRun, n: int, seed: int) -> np.ndarray:
+    load = run.load
     if load.ramp_up is not None:
         return _ramp_up(run, n, seed)
     if load.arrival == "trace" or not load.request_rate > 0:
@@ -229,11 +243,11 @@ def requests_for(run: BenchRun, seed: int = 0, *, arrivals: str = "auto") -> Req
         return Requests(arrival_s=clients.sample(n), prompt_len=prompt, output_len=output,
                         concurrency=run.load.concurrency,
                         client_delay_s=clients.client_delays(n, seed))
-    if how == "recorded":
-        arrival = run.send_s - run.send_s.min() if n else run.send_s
-    else:
-        arrival = _schedule(run, n, seed)
-    return Requests(arrival_s=arrival, prompt_len=prompt, output_len=output)
+    if how == "recorded":  # (sends as they happened: after any cap or stage drain)
+        return Requests(arrival_s=run.send_s - run.send_s.min() if n else run.send_s,
+                        prompt_len=prompt, output_len=output)
+    arrival, held_back = _schedule(run, n, seed)
+    return Requests(arrival_s=arrival, prompt_len=prompt, output_len=output, **held_back)
 
 
 def replay_warnings(run: BenchRun) -> tuple[str, ...]:
