@@ -153,27 +153,24 @@ class TraceLength(_Frozen):
 
 
 class ShareGPTLength(_Frozen):
-    """ShareGPT as ``vllm bench serve --dataset-name sharegpt`` or ``sglang.bench_serving
-    --dataset-name sharegpt`` samples it (shipped data,
-    :class:`serveplan.sim.lengths.ShareGPTPairs`). ``column`` defaults to ``prompt`` under
-    ``isl`` and ``output`` under ``osl``; with both, requests get whole (prompt, reply) pairs
-    in the client's order for the run's ``seed`` (the client's ``--seed``: vLLM's default is
-    0, SGLang's 1)."""
+    """ShareGPT as ``vllm bench serve`` or ``sglang.bench_serving`` (``--dataset-name
+    sharegpt``) sample it (:class:`serveplan.sim.lengths.ShareGPTPairs`). ``column``: default
+    ``prompt`` under ``isl``, ``output`` under ``osl``; with both, whole (prompt, reply) pairs
+    in the client's order for the run's ``seed`` (its ``--seed``: vLLM's 0, SGLang's 1)."""
 
     dist: Literal["sharegpt"]
     column: Literal["prompt", "output"]
-    sampler: Literal["vllm", "sglang"] = Field("vllm", description=(
-        "Whose sampling: vllm (pairs with 4+ tokens each, prompt <= 1024, total <= 2048; "
-        "oversampled when short) or sglang (2+ tokens each, no caps, no oversampling)."))
+    sampler: Literal["vllm", "sglang"] = Field("vllm", description="Whose sampling: vllm (4+ "
+        "tokens each, prompt <= 1024, total <= 2048) or sglang (2+ tokens each, no caps).")
     sharegpt_context_len: int | None = Field(None, ge=2, description=(
         "sglang.bench_serving --sharegpt-context-len: drop pairs longer than this in all."))
 
     @model_validator(mode="after")
     def _context_len_is_sglangs(self):
-        if self.sharegpt_context_len is not None and self.sampler != "sglang":
-            raise ValueError("sharegpt_context_len is sglang.bench_serving's option; give "
-                             "sampler: sglang with it")
-        return self
+        if self.sharegpt_context_len is None or self.sampler == "sglang":
+            return self
+        raise ValueError("sharegpt_context_len is sglang.bench_serving's option; give "
+                         "sampler: sglang with it")
 
 
 LengthSpec = Annotated[FixedLength | UniformLength | LogNormalLength | TraceLength

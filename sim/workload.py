@@ -147,15 +147,19 @@ def generate_requests(n: int, arrivals: ArrivalProcess, prompt_len: Lengths,
     hashes = _hashes(prompt, group, prefix, pool, index)
     if index is not None:
         prompt, output = prompt[index], output[index]
-    closed = isinstance(arrivals, ClosedLoop)
-    stages = None
+    return Requests(prompt_len=prompt, output_len=output, warmup=warmup, timeout_s=timeout_s,
+                    **_client_fields(arrivals, n, rng_arr, rng_think), **hashes)
+
+
+def _client_fields(arrivals, n: int, rng_arr, rng_think) -> dict:
+    """The :class:`Requests` fields the client sets: send times, and what holds sends back
+    (a closed loop and its think times, stages that drain, a concurrency cap)."""
     if isinstance(arrivals, InferencePerfArrivals):  # later stages start as earlier ones drain
         arrival, stages = arrivals.staged(n, rng_arr)
-    else:
-        arrival = arrivals.sample(n, rng_arr)
-    return Requests(arrival_s=arrival, prompt_len=prompt, output_len=output,
-                    concurrency=arrivals.concurrency if closed else None, warmup=warmup,
-                    timeout_s=timeout_s,
-                    client_delay_s=arrivals.client_delays(n, rng_think) if closed else None,
-                    stages=stages, max_concurrency=getattr(arrivals, "max_concurrency", None),
-                    **hashes)
+        return {"arrival_s": arrival, "stages": stages}
+    fields = {"arrival_s": arrivals.sample(n, rng_arr),
+              "max_concurrency": getattr(arrivals, "max_concurrency", None)}
+    if isinstance(arrivals, ClosedLoop):
+        fields.update(concurrency=arrivals.concurrency,
+                      client_delay_s=arrivals.client_delays(n, rng_think))
+    return fields
