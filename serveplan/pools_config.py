@@ -185,6 +185,16 @@ class InstanceConfig(EngineConfig):
         return self
 
     @model_validator(mode="after")
+    def _lpm_is_sglangs(self):
+        sglang = self.engine == "sglang" or (self.scheduler == "sglang"
+                                             and (self.new_token_ratio or 0) > 0)
+        if self.schedule_policy == "lpm" and not sglang:
+            raise _error(type(self).__name__, ("schedule_policy",), "lpm is SGLang's "
+                         "--schedule-policy: give it with engine: sglang (or scheduler: sglang "
+                         "and a new_token_ratio > 0)", self.schedule_policy)
+        return self
+
+    @model_validator(mode="after")
     def _offload_fits_host(self):
         c = self.kv_offload
         problem = c and host_memory_problem(c, self.tp * self.pp, self.tp * self.pp * self.dp)

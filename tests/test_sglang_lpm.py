@@ -97,3 +97,15 @@ def test_lpm_is_sglangs_only():
     with pytest.raises(ValueError, match="'fcfs' or 'lpm'"):
         EngineParams(num_gpu_blocks=10, policy=Policy.SGLANG, new_token_ratio=0.7,
                      schedule_policy="dfs-weight")
+
+
+def test_a_config_names_lpm_outside_sglang():
+    from pydantic import ValidationError
+
+    from serveplan.pools_config import to_pools
+
+    pool = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100"}
+    with pytest.raises(ValidationError, match=r"pools.0.schedule_policy\n  lpm is SGLang"):
+        to_pools({"pools": [{**pool, "engine": "vllm", "schedule_policy": "lpm"}]})
+    d = to_pools({"pools": [{**pool, "engine": "sglang", "schedule_policy": "lpm"}]})
+    assert d.pools[0].schedule_policy == "lpm"
