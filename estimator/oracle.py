@@ -54,6 +54,15 @@ def cuda_graph_sizes(max_num_seqs: int = 256, max_size: int | None = None,
     return np.array(kept, dtype=np.float64)
 
 
+def _capture_sizes(sizes) -> np.ndarray:
+    """Given capture sizes, checked, sorted and without repeats."""
+    arr = np.asarray(sizes)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer) \
+            or (arr < 1).any():
+        raise ValueError(f"graph_sizes must be a non-empty list of integers >= 1, got {sizes!r}")
+    return np.unique(arr).astype(np.float64)
+
+
 @dataclass(frozen=True)
 class Breakdown:
     """Per-module seconds of one step, summed over the layers the module repeats on."""
@@ -106,6 +115,11 @@ class CostOracle:
     decode_query_len
         Tokens a decoding request brings per step: ``1 + num_speculative_tokens`` with
         speculative decoding (sets the CUDA-graph capture sizes as vLLM does).
+    graph_sizes
+        The engine's CUDA-graph capture sizes as it captures them (vLLM
+        ``cudagraph_capture_sizes``, SGLang ``--cuda-graph-bs``, TensorRT-LLM
+        ``cuda_graph_config.batch_sizes``); default vLLM's from ``max_num_seqs``. A step
+        between two sizes is padded to the larger; beyond the largest it runs eager.
     """
 
     def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
@@ -113,7 +127,7 @@ class CostOracle:
                  cuda_graph: bool = True, profile: Profile | str | Path | None = None,
                  max_num_seqs: int = 256, correctors: bool = True,
                  moe_routing: MoERouting | dict | None = None, decode_query_len: int = 1,
-                 piecewise_cuda_graph: bool = False):
+                 piecewise_cuda_graph: bool = False, graph_sizes=None):
         self.model: ModelSpec = resolve_model(model)
         self.gpu: GPUSpec = resolve_gpu(gpu)
         self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
@@ -137,7 +151,8 @@ class CostOracle:
         if correctors and self.profile.correctors and self.profile.attention_impl == "fused":
             self.prm = self._attach_correctors(self.prm)
         K.fill_rates(self.table.ops, self.prm)
-        self.graph_sizes = cuda_graph_sizes(max_num_seqs, decode_query_len=decode_query_len)
+        self.graph_sizes = cuda_graph_sizes(max_num_seqs, decode_query_len=decode_query_len) \
+            if graph_sizes is None else _capture_sizes(graph_sizes)
         self._agg = np.zeros((self.table.n_ops, K.N_AGG))
         self._comp = np.zeros(len(MODULE_NAMES))
         self._comm = np.zeros(len(MODULE_NAMES))

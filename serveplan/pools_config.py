@@ -157,6 +157,11 @@ class InstanceConfig(EngineConfig):
         "the same block inline (e.g. {quant_algo: NVFP4, kv_cache_quant_algo: FP8, "
         "exclude_modules: [lm_head]}); docs/precision.md.")
     cuda_graph: bool = True
+    cuda_graph_sizes: list[Annotated[int, Field(ge=1, le=1 << 20)]] | None = Field(
+        None, min_length=1, description="The engine's CUDA-graph capture sizes (vLLM "
+        "cudagraph_capture_sizes, SGLang --cuda-graph-bs, TensorRT-LLM cuda_graph_config."
+        "batch_sizes with enable_padding); a step is padded to the next, beyond the largest it "
+        "runs eager. Default: vLLM's from max_num_seqs.")
     profile: str | None = Field(None, description="Calibration profile JSON path.")
     scheduler: SchedulerName = "vllm-v1"
     engine: EngineName | None = Field(

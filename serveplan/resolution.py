@@ -235,7 +235,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
                         piecewise_cuda_graph=rt is not None and rt.entry.piecewise_cuda_graph,
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
-                                              if d.speculative else 0))
+                                              if d.speculative else 0),
+                        graph_sizes=d.cuda_graph_sizes)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

@@ -129,3 +129,24 @@ def test_engines_that_run_piecewise_graphs():
     assert not piecewise(engine="vllm", engine_version="0.6.3")  # V0
     assert not piecewise(engine="sglang") and not piecewise(engine="trtllm")
     assert not piecewise()
+
+
+def test_given_capture_sizes_replace_vllms(slow_cpu):
+    """An engine's own capture sizes (SGLang --cuda-graph-bs, TensorRT-LLM batch_sizes):
+    with [1..16] a 12-request decode replays an exact graph of 12 and a 17-request one runs
+    eager; vLLM's sizes (1, 2, 4, 8, 16, 24, ...) pad 12 to 16 and graph 17 as 24. Padding
+    costs: 12 exact is cheaper than 12 padded to 16 (16 tokens through the linear layers),
+    which is cheaper than 16 requests (4 more attend over their contexts)."""
+    prof = slow_cpu[0].profile
+    mine = CostOracle("llama-3.1-8b", "h100", profile=prof, graph_sizes=list(range(16, 0, -1)))
+    assert mine.graph_sizes.tolist() == list(range(1, 17))
+
+    def decode(oracle, n):
+        return oracle.breakdown(np.ones(n, dtype=np.int64), np.full(n, 300, dtype=np.int64))
+
+    vllm = slow_cpu[0]
+    assert decode(mine, 12).graph_mode == "full" and decode(mine, 17).graph_mode == "eager"
+    assert decode(vllm, 17).graph_mode == "full"
+    assert decode(mine, 12).time_s < decode(vllm, 12).time_s < decode(vllm, 16).time_s
+    with pytest.raises(ValueError, match="graph_sizes must be a non-empty list"):
+        CostOracle("llama-3.1-8b", "h100", profile=prof, graph_sizes=[])

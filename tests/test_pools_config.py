@@ -278,3 +278,13 @@ def test_first_token_source_follows_the_engine(engine, given, want):
     assert resolved.first_token_source == want
     assert resolved.handoff().first_token == want
     assert resolved.describe()["first_token"] == want
+
+
+def test_a_pool_gives_its_engines_capture_sizes():
+    pool = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100", "engine": "sglang"}
+    given = resolve({"pools": [{**pool, "cuda_graph_sizes": [8, 1, 2, 4, 8, 12]}]})
+    assert given.pools[0].instance.oracle.graph_sizes.tolist() == [1, 2, 4, 8, 12]
+    default = resolve({"pools": [pool]}).pools[0].instance.oracle.graph_sizes
+    assert default[:4].tolist() == [1, 2, 4, 8] and default[-1] == 512  # vLLM's
+    with pytest.raises(ValidationError):
+        resolve({"pools": [{**pool, "cuda_graph_sizes": [0, 4]}]})
