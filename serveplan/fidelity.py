@@ -147,6 +147,12 @@ def set_run_options(prepared, workload, seeds, num_requests, tau, workspace) -> 
     prepared.tau = float(tau)
 
 
+def _schedule(unit: W.Requests) -> np.ndarray:
+    """The requests' send times as a pattern to rescale: a staged load's without the drains
+    between stages (a rate search scales the schedule, not the server's pace)."""
+    return unit.arrival_s if unit.stages is None else unit.stages.sends_without_server()
+
+
 def _arrival_scv(workload, unit: W.Requests) -> float:
     """Squared CV of inter-arrival times: exact for the synthetic kinds, from the data else."""
     if isinstance(workload, PoissonWorkload):
@@ -155,8 +161,7 @@ def _arrival_scv(workload, unit: W.Requests) -> float:
         return 0.0
     if isinstance(workload, GammaWorkload):
         return float(workload.cv) ** 2
-    sent = unit.arrival_s[np.isfinite(unit.arrival_s)]  # a staged load: its first stage
-    gaps = np.diff(sent)
+    gaps = np.diff(_schedule(unit))
     if gaps.size < 2 or gaps.mean() <= 0:
         return 1.0
     return float(gaps.var() / gaps.mean() ** 2)
@@ -514,7 +519,7 @@ class PreparedDeployment:
         if not (np.isfinite(rate) and rate > 0):
             raise ValueError(f"rate must be a finite number > 0, got {rate!r}")
         unit = self.unit_requests(seed)
-        return unit.with_arrivals(W.scale_pattern(unit.arrival_s, rate))
+        return unit.with_arrivals(W.scale_pattern(_schedule(unit), rate))
 
     def evaluate(self, rate: float, seed: int, fidelity: str = "auto") -> RequestMetrics:
         """Per-request metrics at ``rate`` for ``seed`` (simulation levels only)."""

@@ -359,6 +359,16 @@ class StagePlan:
         """The plan of the first ``m`` requests."""
         return StagePlan(self.stage[:m], self.offset_s[:m])
 
+    def sends_without_server(self) -> np.ndarray:
+        """Send times if every stage drained as its last request was sent (each stage's
+        offsets from the previous stage's last send): the schedule alone, as
+        :meth:`InferencePerfArrivals.sample` gives it, for uses that rescale it."""
+        out = self.offset_s.copy()
+        first = self.first_index
+        for s in range(1, len(first) - 1):
+            out[first[s]:first[s + 1]] += out[first[s] - 1]
+        return out
+
 
 @dataclass(frozen=True)
 class InferencePerfArrivals:

@@ -114,6 +114,7 @@ def test_inference_perf_staged_plan_has_the_same_draws():
     assert np.isnan(arrival[7:]).all()
     np.testing.assert_allclose(plan.offset_s[7:], sent[7:] - 4.0)
     np.testing.assert_array_equal(plan.first_index, [0, 7, 15])
+    np.testing.assert_allclose(plan.sends_without_server(), sent)  # what a rate search scales
     req = W.generate_requests(15, a, W.Fixed(10), W.Fixed(2), seed=3)
     np.testing.assert_array_equal(req.stages.stage, plan.stage)
 

@@ -208,3 +208,20 @@ def test_a_rejected_request_misses_every_goal():
         for c in constraints(slo):
             ok &= meets(c, ttft, tpot)
         assert ok.astype(int).tolist() == want
+
+
+def test_a_staged_load_is_rescaled_as_its_schedule():
+    """A rate search scales a staged (inference-perf) load's schedule -- each stage's
+    offsets from the previous stage's last send -- not the drains that only a run places:
+    the unit requests keep their stages (later ones unsent), the requests at rate 2 are the
+    schedule divided by 2, open loop."""
+    from serveplan.config import InferencePerfWorkload
+
+    w = InferencePerfWorkload(kind="inference-perf", type="constant", isl=256, osl=8,
+                              stages=[{"rate": 2, "duration": 3}, {"rate": 4, "duration": 2}])
+    prep = PreparedDeployment(COLOCATED, w, seeds=(0,))
+    unit = prep.unit_requests(0)
+    assert unit.stages is not None and np.isnan(unit.arrival_s[6:]).all()
+    at_2 = prep.requests_at(2.0, 0)
+    assert at_2.stages is None
+    np.testing.assert_allclose(at_2.arrival_s, unit.stages.sends_without_server() / 2.0)
