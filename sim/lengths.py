@@ -334,10 +334,7 @@ class ShareGPTPairs:
         """
         n = check_int("n", n, 0)
         seed = _int_seed(seed)
-        order = list(range(len(self.prompt_len)))
-        random.Random(seed).shuffle(order)
-        order_arr = np.asarray(order, dtype=np.int64)
-        kept = order_arr[self.valid[order_arr]][:n]
+        kept = self._first_valid(n, seed, self.valid)
         if len(kept) < n and oversample:
             if len(kept) == 0:
                 raise ValueError("no ShareGPT pair passes vLLM's length filters")
@@ -360,27 +357,39 @@ class ShareGPTPairs:
         different number than asked.
         """
         n = check_int("n", n, 0)
-        order = list(range(len(self.prompt_len)))
-        random.Random(_int_seed(seed)).shuffle(order)
-        order_arr = np.asarray(order, dtype=np.int64)
-        valid = sglang_valid(self.prompt_len, self.output_len, context_len)
-        kept = order_arr[valid[order_arr]][:n]
+        kept = self._first_valid(n, _int_seed(seed),
+                                 sglang_valid(self.prompt_len, self.output_len, context_len))
         if len(kept) < n:
             raise ValueError(f"sglang.bench_serving's ShareGPT sample has {len(kept)} "
                              f"requests (it does not oversample); asked for {n}")
         return self.prompt_len[kept], self.output_len[kept]
 
-    def sample(self, n: int, seed: SeedLike, sampler: str = "vllm",
-               context_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` pairs as the benchmark client ``sampler`` (:data:`SAMPLERS`) draws them;
+    def _first_valid(self, n: int, seed: int, valid: np.ndarray) -> np.ndarray:
+        """Indices of the first ``n`` pairs ``valid`` keeps, in the order Python's
+        ``random.Random(seed).shuffle`` puts the pairs (both clients' walk)."""
+        order = list(range(len(self.prompt_len)))
+        random.Random(seed).shuffle(order)
+        order_arr = np.asarray(order, dtype=np.int64)
+        return order_arr[valid[order_arr]][:n]
+
+    def valid_for(self, sampler: str = "vllm", context_len: int | None = None) -> np.ndarray:
+        """The pairs the benchmark client ``sampler`` (:data:`SAMPLERS`) keeps;
         ``context_len`` is SGLang's ``--sharegpt-context-len``."""
         if sampler == "sglang":
-            return self.sglang_sample(n, seed, context_len=context_len)
+            return sglang_valid(self.prompt_len, self.output_len, context_len)
         if sampler != "vllm":
             raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
         if context_len is not None:
             raise ValueError("context_len is sglang.bench_serving's filter; vLLM's sample "
                              "has fixed 1024 / 2048 caps")
+        return self.valid
+
+    def sample(self, n: int, seed: SeedLike, sampler: str = "vllm",
+               context_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` pairs as the benchmark client ``sampler`` draws them (:meth:`valid_for`)."""
+        if sampler == "sglang":
+            return self.sglang_sample(n, seed, context_len=context_len)
+        self.valid_for(sampler, context_len)  # refuses an unknown sampler, a misplaced filter
         return self.vllm_sample(n, seed)
 
 
@@ -434,9 +443,7 @@ class ShareGPTLength(LengthDist):
     def _values(self) -> Empirical:
         p = self._pairs
         col = p.prompt_len if self.column == "prompt" else p.output_len
-        valid = p.valid if self.sampler == "vllm" else \
-            sglang_valid(p.prompt_len, p.output_len, self.context_len)
-        return Empirical(col[valid])
+        return Empirical(col[p.valid_for(self.sampler, self.context_len)])
 
     @property
     def mean(self) -> float:
