@@ -450,11 +450,7 @@ class InferencePerfArrivals:
     def sample(self, n: int | None = None, seed: SeedLike = None) -> np.ndarray:
         """All :attr:`num_requests` send times in seconds (``n``, if given, must equal it),
         each stage taken to drain as its last request is sent (class notes)."""
-        out, start = [], 0.0
-        for times in self._from_stage_start(n, seed):
-            out.append(start + times)
-            start += (times[-1] if len(times) else INFERENCE_PERF_QUEUE_FILL_S) + self.interval
-        return np.concatenate(out)
+        return self.staged(n, seed)[1].sends_without_server()
 
     def staged(self, n: int | None = None, seed: SeedLike = None
                ) -> tuple[np.ndarray, StagePlan]:

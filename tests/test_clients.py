@@ -114,7 +114,10 @@ def test_inference_perf_staged_plan_has_the_same_draws():
     assert np.isnan(arrival[7:]).all()
     np.testing.assert_allclose(plan.offset_s[7:], sent[7:] - 4.0)
     np.testing.assert_array_equal(plan.first_index, [0, 7, 15])
-    np.testing.assert_allclose(plan.sends_without_server(), sent)  # what a rate search scales
+    rng = np.random.default_rng(11)  # what a rate search scales: the schedule by hand
+    first = _constant_timer(2.5, 3.0, 1.0, rng)
+    second = _constant_timer(4.0, 2.0, first[-1] + 0.5 + 1.0, rng)
+    np.testing.assert_allclose(plan.sends_without_server(), np.r_[first, second])
     req = W.generate_requests(15, a, W.Fixed(10), W.Fixed(2), seed=3)
     np.testing.assert_array_equal(req.stages.stage, plan.stage)
 
