@@ -357,11 +357,10 @@ class CostOracle:
         rows = []
         disp_total = 0.0
         gpu_total = 0.0
+        launch = self.prm[K.P_GRAPH_LAUNCH]
         for j, name in enumerate(MODULE_NAMES):
             reps = layers if MODULE_SECTIONS[j] == K.SECTION_LAYER else 1.0
-            eager = graph == K.GRAPH_NONE or (graph == K.GRAPH_PIECEWISE
-                                              and self.mods[j, K.M_SPLIT] > 0)
-            disp = self.mods[j, K.M_DISPATCH] * reps if eager else 0.0
+            disp = K.module_dispatch(self.mods, j, graph, launch) * reps
             rows.append({"name": name, "dispatch_s": disp, "compute_s": comp[j] * reps,
                          "comm_s": comm[j] * reps})
             disp_total += disp

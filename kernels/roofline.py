@@ -28,9 +28,8 @@ The estimator turns a model + parallelism + calibration profile into three array
     :mod:`serveplan.estimator.routing`) that rank computes and receives as a rank of a
     balanced layer would with ``f`` times the tokens (``f = 1``: every rank equal).
 
-``mods`` (float64, one row per module): ``M_DISPATCH`` CPU dispatch seconds in eager
-    mode, ``M_SECTION`` 0 = before the layers (embedding), 1 = repeated per layer,
-    2 = after the layers (final norm, LM head, sampler).
+``mods`` (float64, one row per module): ``M_DISPATCH`` eager CPU dispatch seconds,
+    ``M_SECTION`` 0 / 1 / 2 = before / in each / after the layers, ``M_SPLIT``.
 
 ``prm`` (float64): scalars at the ``P_*`` indices, including per-phase, per-family
     efficiencies ``e_c`` (compute) and ``e_m`` (memory) at ``P_EFF``.
@@ -59,13 +58,11 @@ from .primitives import (  # noqa: F401  (re-exported: roofline.attention_reques
 # --- ops columns -------------------------------------------------------------------
 C_MODULE, C_BASIS, C_A, C_B, C_C, C_FAMILY, C_COUNT, C_FRAC, C_WINDOW, C_X1, C_X2, C_PARAM = range(12)
 # C_PARAM: resident weight bytes of the row (memory planner), not used for time.
-# C_RATE: 1/(e_c S_c) and 1/(e_m S_m) per phase, derived from ``prm`` by :func:`fill_rates`
-# so the hot loop multiplies instead of looking up and dividing.
-C_RATE = 12  # [prefill inv_c, prefill inv_m, decode inv_c, decode inv_m]
-# C_CORR, C_CORR + 1: offsets in ``prm`` of this row's learned residual corrector table in
-# the prefill and in the decode phase (0 = none); see :func:`correction`. Two, because a
-# collective runs eagerly in a mixed step but inside the CUDA graph in a decode step.
-# GEMM rows keep their n and k in C_X1 / C_X2 (corrector features).
+# C_RATE: 1/(e_c S_c), 1/(e_m S_m) per phase [prefill c, m, decode c, m] (:func:`fill_rates`)
+C_RATE = 12
+# C_CORR, C_CORR + 1: offsets in ``prm`` of the row's corrector table in the prefill and the
+# decode phase (0 = none; :func:`correction`): a collective runs eagerly in a mixed step but
+# inside the CUDA graph in a decode step. GEMM rows keep n, k in C_X1 / C_X2 (features).
 C_CORR = 16
 # C_FIXED: the row's fixed GPU seconds per call, C_COUNT kernels x the family's per-kernel
 # time (``prm[P_FIXED + family]``), written by :func:`fill_rates`.
@@ -82,8 +79,7 @@ FAMILY_NAMES = ("gemm", "attention", "elementwise", "moe", "comm")
 # --- module table columns ------------------------------------------------------------
 M_DISPATCH, M_SECTION, M_SPLIT = range(3)
 N_MOD_COLS = 3
-# M_SPLIT: 1.0 for a module piecewise CUDA graphs leave out (attention runs eagerly between
-# the pieces). A pass runs eagerly, as one graph, or as piecewise graphs (combine).
+# M_SPLIT: 1.0 for a module piecewise CUDA graphs leave out (eager attention between pieces)
 GRAPH_NONE, GRAPH_FULL, GRAPH_PIECEWISE = 0, 1, 2
 SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
 # --- parameter vector --------------------------------------------------------------
@@ -94,8 +90,7 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_EP,  # expert-parallel group size (all-to-all size)
     P_MOE_TOKENS,  # dp: one rank's experts see the tokens of all dp (equally loaded) ranks
     P_MOE_LOAD,  # routed load of the busiest EP rank over the mean (>= 1; 1 = balanced)
-    P_GRAPH,  # 1.0: pure-decode steps run as one captured CUDA graph; 2.0: and mixed steps
-    #           up to the largest capture size as piecewise graphs (GRAPH_PIECEWISE)
+    P_GRAPH,  # 1: pure decodes as one CUDA graph; 2: and mixed steps as piecewise graphs
     P_GRAPH_LAUNCH,  # CPU time to launch one graph replay
     P_STEP_OVERHEAD,  # CPU time per engine step outside the forward pass
     P_TILE,  # FlashAttention query tile (rows)
@@ -358,6 +353,17 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
 
 
 @njit(cache=True)
+def module_dispatch(mods, j, graph, launch):
+    """CPU seconds to issue module ``j`` once: every module without graphs; under piecewise
+    graphs a split module (eager attention) and the launch of the next piece; none else."""
+    if graph == GRAPH_NONE:
+        return mods[j, M_DISPATCH]
+    if graph == GRAPH_PIECEWISE and mods[j, M_SPLIT] > 0.0:
+        return mods[j, M_DISPATCH] + launch
+    return 0.0
+
+
+@njit(cache=True)
 def combine(comp, comm, mods, prm, graph):
     """Overlap CPU dispatch with GPU work over the whole forward pass (Algorithm 1).
 
@@ -366,10 +372,9 @@ def combine(comp, comm, mods, prm, graph):
     ``f_j = max(f_{j-1}, d_j) + g_j``. For the ``L`` identical layers the per-layer map
     on the lag ``e = f - d`` is ``e' = max(e + G - D, K - D)`` (G, D: the layer's GPU and
     dispatch totals; K: the max over modules of dispatch-before plus GPU-after), whose
-    L-fold iterate is ``max(e + L(G-D), (K-D) + (L-1) max(G-D, 0))``. ``graph``
-    (``GRAPH_*``): a full graph is one launch and no module dispatches; piecewise graphs
-    launch one piece before the first layer and one after each split module (attention),
-    which alone dispatches. Returns the seconds of one forward pass through all layers.
+    L-fold iterate is ``max(e + L(G-D), (K-D) + (L-1) max(G-D, 0))``. A graph step (``graph``
+    not ``GRAPH_NONE``) begins with one launch; then :func:`module_dispatch`. Returns the
+    seconds of one forward pass through all layers.
     """
     L = prm[P_LAYERS]
     launch = prm[P_GRAPH_LAUNCH]
@@ -379,8 +384,7 @@ def combine(comp, comm, mods, prm, graph):
     for j in range(mods.shape[0]):
         if mods[j, M_SECTION] != SECTION_PRE:
             continue
-        if graph == GRAPH_NONE:
-            d += mods[j, M_DISPATCH]
+        d += module_dispatch(mods, j, graph, launch)
         f = (f if f > d else d) + comp[j] + comm[j]
     # repeated layers, closed form
     D = 0.0
@@ -389,10 +393,7 @@ def combine(comp, comm, mods, prm, graph):
     for j in range(mods.shape[0]):
         if mods[j, M_SECTION] != SECTION_LAYER:
             continue
-        if graph == GRAPH_NONE:
-            D += mods[j, M_DISPATCH]
-        elif graph == GRAPH_PIECEWISE and mods[j, M_SPLIT] > 0.0:
-            D += mods[j, M_DISPATCH] + launch
+        D += module_dispatch(mods, j, graph, launch)
         g = comp[j] + comm[j]
         # K = max_j (D_cum_j + G_suffix_j) = max_j (D_cum_j - G_prefix_{j-1}) + G
         cand = D - G
@@ -413,8 +414,7 @@ def combine(comp, comm, mods, prm, graph):
     for j in range(mods.shape[0]):
         if mods[j, M_SECTION] != SECTION_POST:
             continue
-        if graph == GRAPH_NONE:
-            d += mods[j, M_DISPATCH]
+        d += module_dispatch(mods, j, graph, launch)
         f = (f if f > d else d) + comp[j] + comm[j]
     return f
 
