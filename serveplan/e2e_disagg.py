@@ -12,7 +12,9 @@ instances, with the generator's per-role flags (``methodology/*.rule``):
   request in a step over its prompt, so its budget is the prefill's ``isl + 1500`` rather
   than the rule's ``decode_batch_size`` (an approximation: the real decode engine only
   loads the transferred KV);
-* TensorRT-LLM rounds every budget up to its 32-token blocks.
+* TensorRT-LLM rounds every budget up to its 32-token blocks, and its prefill workers run
+  without the overlap scheduler (``prefill disable_overlap_scheduler = true``): the prefill
+  pool schedules synchronously, so a request arriving during a step joins the next one.
 
 The KV cache moves from the prefill to the decode instance over serveplan's default link
 for the pair (NVLink inside a node or NVL72 rack, else the scale-out NIC; nixl in the
@@ -108,6 +110,8 @@ def disagg_pools(row, base: dict) -> dict:
                "max_num_seqs": server_wide(e, p.batch, p.dp),
                "max_num_batched_tokens": server_wide(e, prefill_budget, p.dp),
                **moe_fields(p.tp, p.dp, p.ep)}
+    if e == "trtllm" and "engine" in base:  # the rule's prefill disable_overlap_scheduler
+        prefill["async_scheduling"] = False
     decode = {**base, "role": "decode", "tp": d.tp, "pp": d.pp, "count": d.workers,
               "max_num_seqs": server_wide(e, d.batch, d.dp),
               "max_num_batched_tokens": server_wide(e, decode_budget, d.dp),

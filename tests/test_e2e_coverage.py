@@ -196,7 +196,8 @@ def _disagg(prefill: Role, decode: Role, **kw) -> E2ERow:
 def test_disaggregated_rows_become_pd_pools(aic):
     """trtllm.rule: prefill max_num_tokens = ceil((isl + 1500) / 32) * 32 = ceil(2524 / 32)
     * 32 = 2528; the decode pool keeps that budget (it admits the handed-off prompt);
-    vllm.rule: decode max_num_tokens = max_batch_size = 21."""
+    vllm.rule: decode max_num_tokens = max_batch_size = 21. trtllm.rule: prefill
+    disable_overlap_scheduler = true, decode false (the engine's overlap scheduler)."""
     row = _disagg(Role(1, 1, 8, 1, 1, 1), Role(3, 21, 8, 1, 1, 1),
                   model="deepseek-ai/DeepSeek-V3", concurrency=63)
     assert expressible(row, aic) is None
@@ -204,9 +205,13 @@ def test_disaggregated_rows_become_pd_pools(aic):
     assert (prefill["role"], prefill["count"], prefill["tp"]) == ("prefill", 1, 8)
     assert (decode["role"], decode["count"], decode["max_num_seqs"]) == ("decode", 3, 21)
     assert (prefill["max_num_batched_tokens"], decode["max_num_batched_tokens"]) == (2528, 2528)
-    assert resolve_row(row, aic).architecture == "pd"
+    resolved = resolve_row(row, aic)
+    assert resolved.architecture == "pd"
+    assert [p.params.async_scheduling for p in resolved.pools] == [False, True]
     vllm = deployment(replace(row, engine="vllm"), aic)["pools"]
     assert [p["max_num_batched_tokens"] for p in vllm] == [1024 + 1500, 21]
+    assert "async_scheduling" not in vllm[0]
+    assert "async_scheduling" not in deployment(row, aic, engine=False)["pools"][0]
 
 
 def test_sglang_dp_ranks_get_the_recorded_per_rank_batch(aic):
