@@ -408,7 +408,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.only is not None:
         res = json.loads((RESULTS / "accuracy.json").read_text())
-        res["date"] = dt.date.today().isoformat()
+        if args.only:  # the parts rerun today; the others keep their first date
+            res["command"] = (res["command"].split(";")[0] + f"; {dt.date.today()}: "
+                              f"--only {' '.join(args.only)}")
         if "op" in args.only:
             res["op_level"] = op_level(args.gpus)
         if "transfer" in args.only:
