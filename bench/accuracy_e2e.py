@@ -34,7 +34,7 @@ from serveplan.e2e import (
     simulate_row,
     with_terms,
 )
-from serveplan.e2e_fit import fit_rows, mean_lengths
+from serveplan.e2e_fit import E2E_FIT_TERMS, fit_rows, mean_lengths, row_slopes
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 
@@ -114,7 +114,9 @@ def prefill_seconds(row, resolved) -> float:
 def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, and each engine's fit on all
-    its rows; engines with one model are not fitted."""
+    its rows of the terms some fold checked (fitted without a model whose rows the term
+    moves: a term only one model's rows identify is never checked, and does not ship);
+    engines with one model are not fitted."""
     pred = np.full((len(rows), 2), np.nan)
     folds, full = [], {}
     by_engine = defaultdict(list)
@@ -126,6 +128,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
             full[engine] = {"fitted": False, "reason": f"one model only ({models[0]}): "
                             "a leave-one-model-out check is impossible"}
             continue
+        validated = set()
         for m in models:
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
@@ -135,10 +138,21 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
+            validated |= {name for name in summ["fitted"] if any(
+                moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
+        names = [n for n in E2E_FIT_TERMS if n in validated]
         terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
-                               prefill_s=[prefill_s[k] for k in idx])
+                               names=names, prefill_s=[prefill_s[k] for k in idx])
+        summ["skipped"].update({n: "no held-out model's rows check it" for n in E2E_FIT_TERMS
+                                if n not in validated and n not in summ["skipped"]})
         full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full
+
+
+def moves(row, pred0, layers: int, name: str, prefill_s: float) -> bool:
+    """Whether the term ``name`` moves ``row``'s prediction (its first-order slope), so
+    that a fold holding out ``row``'s model checks the term."""
+    return bool(np.any(row_slopes(row, pred0, layers, (name,), prefill_s) != 0.0))
 
 
 def _err(pred, meas):

@@ -61,8 +61,8 @@ def _profiles(report) -> list[str]:
         before, after = info["median_abs_err_before"], info["median_abs_err_held_out"]
         lines.append(f"- {engine}: {terms or 'all terms 0'} (median abs error TTFT/TPOT of "
                      f"(b) {_abs(before[0])}/{_abs(before[1])} % -> held out (c) "
-                     f"{_abs(after[0])}/{_abs(after[1])} %); not identified: "
-                     f"{info['skipped'] or 'none'}"
+                     f"{_abs(after[0])}/{_abs(after[1])} %); left out: "
+                     + ("; ".join(f"{k} ({v})" for k, v in info["skipped"].items()) or "none")
                      + (f"; held-out models it makes worse: {'; '.join(info['held_out_worse'])}"
                         if info.get("held_out_worse") else ""))
     if report["folds"]:

@@ -52,6 +52,10 @@ class RuntimeTerms(BaseModel):
     and layer of a step on the GPU: the prefill work an engine does beyond the forward
     pass the oracle prices from per-op measurements (its quantisation, routing and
     normalisation kernels between the measured ops, eager launches of large steps).
+    ``disagg_handoff_s`` is the request path of a disaggregated deployment beyond moving
+    the KV: the orchestrator's hop from the prefill worker to the decode worker, the
+    transfer's setup and registration and the decode side's pickup of the arrived KV --
+    a latency on every handoff (requests do not queue behind it), counted in TTFT.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -65,6 +69,7 @@ class RuntimeTerms(BaseModel):
     step_cpu_per_token_s: float = Field(0.0, ge=0)
     tp_sync_per_layer_s: float = Field(0.0, ge=0)
     prefill_token_layer_s: float = Field(0.0, ge=0)
+    disagg_handoff_s: float = Field(0.0, ge=0)
 
     def front_end(self) -> FrontEnd:
         return FrontEnd(self.frontend_request_s, self.frontend_prompt_token_s,

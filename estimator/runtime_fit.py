@@ -19,7 +19,8 @@ Default terms: the front end's latency (``frontend_output_s``: every token, the 
 included, reaches the client that much later; a latency, not a serialised service), its
 work per output token of a step (``frontend_output_per_token_s``: the first token waits for
 its step's other tokens), the tokenizer's work per prompt token (serialised), and the
-tensor-parallel synchronisation per layer.
+tensor-parallel synchronisation per layer, and a disaggregated request's handoff from
+prefill to decode beyond the KV transfer.
 
 The same functions fit the shipped profiles (from ``../shared/data/e2e``, validated
 leave-one-model-out by ``bench/accuracy_e2e.py``, which supplies ``J`` in closed form,
@@ -38,13 +39,13 @@ from .runtime import RuntimeTerms
 
 SOFT_L1_SCALE = 0.1  # log-ratio residuals beyond ~10 % count linearly, not squared
 FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
-             "tp_sync_per_layer_s")  # fitted by default
+             "tp_sync_per_layer_s", "disagg_handoff_s")  # fitted by default
 # every fittable term's scale (seconds: the finite-difference step) and upper bound
 TERM_SCALES = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-5, 1e-3),
                "frontend_output_per_token_s": (1e-4, 5e-3), "tp_sync_per_layer_s": (1e-5, 1e-3),
                "frontend_request_s": (5e-3, 0.5), "step_cpu_s": (1e-3, 0.05),
                "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4),
-               "prefill_token_layer_s": (2e-7, 1e-5)}
+               "prefill_token_layer_s": (2e-7, 1e-5), "disagg_handoff_s": (5e-3, 2.0)}
 _NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
 
@@ -66,13 +67,19 @@ class FitResult:
                 "terms": self.terms.model_dump()}
 
 
-def identifiable(names: Sequence[str], tp: np.ndarray) -> tuple[list[str], dict[str, str]]:
-    """The terms the runs can identify, and the reason for each one they cannot."""
+def identifiable(names: Sequence[str], tp: np.ndarray,
+                 disaggregated: np.ndarray | None = None) -> tuple[list[str], dict[str, str]]:
+    """The terms the runs can identify, and the reason for each one they cannot
+    (``disaggregated``: which runs hand requests from prefill to decode; None: none)."""
     keep, skipped = [], {}
     for name in names:
         if name == "tp_sync_per_layer_s" and not ((tp > 1).any() and (tp == 1).any()):
             skipped[name] = ("needs runs at tensor-parallel size 1 and > 1 (it is the "
                              "difference between them beyond the all-reduce time)")
+            continue
+        if name == "disagg_handoff_s" and (disaggregated is None or not np.any(disaggregated)):
+            skipped[name] = ("needs disaggregated runs (it delays the handoff from prefill "
+                             "to decode)")
             continue
         keep.append(name)
     return keep, skipped
@@ -133,17 +140,19 @@ def _step(predict, base, names, x, p, measured, budget):
 
 def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarray,
               tp: np.ndarray, base: RuntimeTerms | None = None,
-              names: Sequence[str] = FIT_TERMS, max_evals: int = 20) -> FitResult:
+              names: Sequence[str] = FIT_TERMS, max_evals: int = 20,
+              disaggregated: np.ndarray | None = None) -> FitResult:
     """Fit ``names`` (those the runs identify) of ``base`` to ``measured``, with the
     simulator in the loop (module docstring); at most about ``max_evals`` calls of
     ``predict``.
 
     ``measured`` and ``predict(terms)`` are ``(n, 2)`` arrays of TTFT and TPOT medians in
-    the same unit; ``tp`` is each run's tensor-parallel size.
+    the same unit; ``tp`` is each run's tensor-parallel size, ``disaggregated`` whether
+    it hands requests from prefill to decode.
     """
     base = base or RuntimeTerms()
     measured = np.asarray(measured, dtype=float)
-    names, skipped = identifiable(names, np.asarray(tp))
+    names, skipped = identifiable(names, np.asarray(tp), disaggregated)
     p = predict(base)
     before = np.abs(p / measured - 1.0)
     x = np.array([getattr(base, n) for n in names], dtype=float)

@@ -23,7 +23,9 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
   (``TTFT0 / TPOT0``) on a prefilling instance with tp > 1. Not in :data:`E2E_FIT_TERMS`:
   the rows' TPOT is met by the GPU steps alone, and fitted here the term bought TTFT with
   TPOT (held out: vLLM TPOT 11.7 -> 14.1 % median abs, ``bench/results/accuracy_e2e.md``
-  of 2026-11-27).
+  of 2026-11-27);
+* ``disagg_handoff_s`` -- a disaggregated row's TTFT by 1 (every first token waits for its
+  handoff), nothing on agg rows; fitted only where the rows include disaggregated ones.
 
 :func:`fit_rows` solves for the terms with these slopes
 (:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- so the
@@ -46,7 +48,7 @@ from serveplan.estimator.runtime_fit import (
 )
 
 E2E_FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
-                 "prefill_token_layer_s")
+                 "prefill_token_layer_s", "disagg_handoff_s")
 """The terms fitted to the measured rows (module docstring)."""
 
 
@@ -99,6 +101,7 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
         "frontend_output_per_token_s": (_first_token_batch(row), 0.0),
         "tp_sync_per_layer_s": (layers * steps * (tp_first > 1), layers * (tp_decode > 1)),
         "prefill_token_layer_s": _prefill_slopes(row, ttft0, layers, prefill_s),
+        "disagg_handoff_s": (float(row.mode != "agg"), 0.0),
     }
     unknown = [n for n in names if n not in slope]
     if unknown:
@@ -116,7 +119,7 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
     measured = np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float)
     pred0 = np.asarray(pred0, dtype=float)
     tp = np.array([max(_tp_first(r)) for r in rows])
-    names, skipped = identifiable(names, tp)
+    names, skipped = identifiable(names, tp, np.array([r.mode != "agg" for r in rows]))
     work = prefill_s if prefill_s is not None else [None] * len(rows)
     jac = np.stack([row_slopes(r, p, n, names, w) for r, p, n, w in
                     zip(rows, pred0, layers, work, strict=True)])

@@ -424,11 +424,25 @@ class ResolvedServing:
         d = self.deployment
         s = d.sibyl
         return Handoff(router=router or d.decode_router, assignment=d.assignment,
-                       layerwise=d.layerwise_transfer, link=self.link,
+                       layerwise=d.layerwise_transfer, link=self.handoff_link,
                        prefill_stage=d.prefill_stage, sibyl_delta=s.delta, sibyl_alpha=s.alpha,
                        sibyl_max_length=s.max_length, pending_capacity=s.pending_capacity,
                        prefill_hold=d.prefill_hold, sibyl_prior=prior,
                        tie_break=s.tie_break, first_token=self.first_token_source)
+
+    @property
+    def handoff_link(self) -> KVLink | None:
+        """The KV link with the engine's handoff (``disagg_handoff_s`` of the decode
+        side's runtime terms: orchestrator hop, transfer setup, pickup) added to its
+        latency, so it delays every transfer's delivery without occupying the link. It is
+        counted after the KV moves; in the engines the hop comes first and the decode
+        instance pulls at its next step boundary, so a busy decode instance's wait for a
+        boundary can differ from the engines' by up to one of its steps."""
+        rt = self.pools[-1].instance.runtime
+        extra = rt.terms.disagg_handoff_s if rt is not None else 0.0
+        if self.link is None or extra == 0.0:
+            return self.link
+        return replace(self.link, latency_s=tuple(x + extra for x in self.link.latency_s))
 
     @property
     def first_token_source(self) -> str:

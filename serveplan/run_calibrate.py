@@ -94,7 +94,9 @@ def fit_runs(cases: list[RunCase], base: RuntimeTerms, names=FIT_TERMS,
         return np.array([predicted_medians(c, terms, seed) for c in cases])
 
     tp = np.array([c.tp for c in cases])
-    return fit_terms(predict, measured, tp, base=base, names=names, max_evals=max_evals)
+    disaggregated = np.array([c.resolved.disaggregated for c in cases])
+    return fit_terms(predict, measured, tp, base=base, names=names, max_evals=max_evals,
+                     disaggregated=disaggregated)
 
 
 @dataclass(frozen=True)

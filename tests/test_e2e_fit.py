@@ -39,6 +39,25 @@ def test_slopes_of_a_disaggregated_row_follow_each_role():
     s = row_slopes(row, (200.0, 20.0), 61, NAMES)
     assert s[0] == pytest.approx([1e3, 921.5e3, 1e3, 0.0])
     assert s[1] == pytest.approx([0.0, 0.0, 0.0, 61e3])
+    handoff = ("disagg_handoff_s",)  # every first token waits for the handoff, once
+    assert row_slopes(row, (200.0, 20.0), 61, handoff)[:, 0] == pytest.approx([1e3, 0.0])
+    assert row_slopes(_row(), (200.0, 20.0), 61, handoff)[:, 0] == pytest.approx([0.0, 0.0])
+
+
+def test_the_handoff_is_fitted_only_from_disaggregated_rows():
+    """Agg rows alone leave the handoff out (with why); with disaggregated rows whose
+    TTFT runs 80 ms over the prediction, and agg rows on it, the handoff is 80 ms and the
+    front end's latency 0."""
+    names = ("frontend_output_s", "disagg_handoff_s")
+    agg = [_row(ttft_ms=100.0, tpot_ms=10.0) for _ in range(3)]
+    _, summary = fit_rows(agg, np.array([[100.0, 10.0]] * 3), [61] * 3, names)
+    assert "disaggregated" in summary["skipped"]["disagg_handoff_s"]
+    pd = [_row(mode="disagg", prefill=Role(2, 1, 1, 1, 1, 1), decode=Role(1, 64, 8, 1, 1, 1),
+               ttft_ms=280.0, tpot_ms=20.0) for _ in range(3)]
+    pred0 = np.array([[100.0, 10.0]] * 3 + [[200.0, 20.0]] * 3)
+    terms, _ = fit_rows(agg + pd, pred0, [61] * 6, names)
+    assert terms.disagg_handoff_s == pytest.approx(0.080, rel=1e-3)
+    assert terms.frontend_output_s == pytest.approx(0.0, abs=1e-5)
 
 
 def test_terms_are_recovered_from_rows_generated_with_them():

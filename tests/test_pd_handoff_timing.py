@@ -177,3 +177,34 @@ def test_round_robin_spreads_the_same_requests():
     np.testing.assert_allclose(t["transfer_start_s"], [0.020, 0.076, 0.078, 0.076],
                                **EXACT)
     assert t["kv_wait_s"].max() <= DECODE.base_s
+
+
+def test_the_engines_handoff_term_delays_every_first_token_once():
+    """An engine's ``disagg_handoff_s`` (orchestrator hop, transfer setup, pickup) is a
+    latency on every handoff. Two prompts on an idle deployment: A's KV is ready at 9.3 ms,
+    B's at 18.1 ms. With a handoff of 0.25 s the decode instance is still idle when both
+    are pulled, so a handoff of 0.5 s moves both first tokens by exactly 0.25 s more (a
+    serialised hop would move B's by 0.5 s), and both decodes (hence TPOT) keep their
+    length. Without a handoff A is pulled at once, so 0.25 s moves its first token by
+    exactly 0.25 s; B's by less, since without the handoff it waited for A's step."""
+    from serveplan.e2e import with_terms
+    from serveplan.estimator.runtime import RuntimeTerms
+    from serveplan.resolution import resolve
+    from serveplan.simulation import run_resolved
+
+    pool = {"model": "llama-3.1-8b", "gpu": "h100", "engine": "vllm",
+            "engine_version": "0.11.0", "num_gpu_blocks": 4000}
+    resolved = resolve({"pools": [{**pool, "role": "prefill"}, {**pool, "role": "decode"}]})
+    req = Requests(np.zeros(2), np.array([300, 200]), np.array([4, 4]))
+
+    def times(handoff):
+        res = run_resolved(with_terms(resolved, RuntimeTerms(disagg_handoff_s=handoff)), req)
+        first = res.first_token_times[:2]
+        return first - res.reqs.arrival[:2], res.pd.t_finish[:2] - first
+
+    (ttft0, _), (ttft1, decode1), (ttft2, decode2) = times(0.0), times(0.25), times(0.5)
+    assert ttft1[0] - ttft0[0] == pytest.approx(0.25, abs=1e-9)
+    assert 0.0 < ttft1[1] - ttft0[1] <= 0.25
+    np.testing.assert_allclose(ttft2 - ttft1, [0.25, 0.25], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(decode2, decode1, rtol=0, atol=1e-9)
+    assert resolved.handoff_link is resolved.link  # the shipped term of this version: none

@@ -65,6 +65,10 @@ def test_a_term_the_runs_cannot_identify_is_not_fitted():
                     tp=np.array([1]), names=("tp_sync_per_layer_s",))
     assert fit.fitted == ()
     assert "tensor-parallel size 1 and > 1" in fit.skipped["tp_sync_per_layer_s"]
+    colocated = fit_terms(lambda t: measured, measured, tp=np.array([1]),
+                          names=("disagg_handoff_s",), disaggregated=np.array([False]))
+    assert colocated.fitted == ()
+    assert "disaggregated runs" in colocated.skipped["disagg_handoff_s"]
 
 
 def _row(**kw) -> E2ERow:
