@@ -73,39 +73,6 @@ class AFDDecodeOracle:
         return out if np.ndim(batch) else float(out[0])
 
 
-def _cached(ws: Workspace, key: tuple, make):
-    """``make()`` once per ``key`` in the workspace; an error is cached and raised again
-    (an instance that does not fit fails the same way for every strategy using it)."""
-    def safe():
-        try:
-            return make()
-        except Exception as exc:  # noqa: BLE001 -- re-raised below, every time
-            return exc
-
-    got = ws.cached("costs", key, safe)
-    if isinstance(got, Exception):
-        raise got
-    return got
-
-
-def _resolvers(ws: Workspace):
-    """``(instance, ffn_pool)`` resolvers for :func:`serveplan.resolution.resolve` that
-    share the workspace's caches: an instance type is resolved once per weights role, an
-    FFN pool once per configuration and largest pass."""
-    from serveplan.afd import resolve_ffn
-    from serveplan.resolution import resolve_instance
-
-    def instance(d, weights_role):
-        key = ("afd-instance", weights_role, Workspace._key(d))
-        return _cached(ws, key, lambda: resolve_instance(d, weights_role))
-
-    def ffn_pool(pool, max_tokens):
-        key = ("afd-ffn", Workspace._key(pool), pool.count, int(max_tokens))
-        return _cached(ws, key, lambda: resolve_ffn(pool, max_tokens))
-
-    return instance, ffn_pool
-
-
 class PreparedAFD(PreparedDeployment):
     """An AFD deployment and a workload, resolved once (module docstring).
 
@@ -127,7 +94,7 @@ class PreparedAFD(PreparedDeployment):
             raise ValueError("PreparedAFD takes a pools deployment with architecture: afd")
         self.deployment = deployment
         set_run_options(self, workload, seeds, num_requests, tau, workspace)
-        instance, ffn_pool = _resolvers(self.ws)
+        instance, ffn_pool = self.ws.resolvers()
         self.serving = resolve(deployment, instance=instance, ffn_pool=ffn_pool)
         pre, att = self.serving.pools
         self.prefill = InstanceModel(pre.config, pre.instance)

@@ -7,13 +7,15 @@
 * ``analytic`` -- :mod:`serveplan.queueing.analytic` (no per-request samples; use
   :meth:`PreparedDeployment.analytic` for its percentile estimates);
 * ``request`` -- BestServe's per-request simulators (:mod:`serveplan.sim.request_level`);
-* ``iteration`` -- the event simulators, every engine step scheduled and costed:
-  :func:`serveplan.sim.engine.run_engine` (colocated) and :func:`serveplan.sim.pd.run_pd`
-  (disaggregated, with its pull-based KV transfer over the links of :meth:`PreparedDeployment.kv_link`).
+* ``iteration`` -- the event simulator, every engine step scheduled and costed, run as a
+  simulation runs it (:func:`serveplan.simulation.run_resolved` on
+  :attr:`PreparedDeployment.serving`: the engine's runtime, front end and handoff included).
 
 ``auto`` is ``iteration``; :attr:`RequestMetrics.fidelity` says which level produced a
-result. All levels measure TTFT at the first token (for PD: the end of the prefill, as
-vLLM's disaggregated serving does) and TPOT over the remaining tokens.
+result. All levels measure TTFT at the first token and TPOT over the remaining tokens; a
+disaggregated request's first token is the end of its prefill at the analytic and request
+levels, and at the iteration level as the engine serves it
+(:attr:`~serveplan.resolution.ResolvedServing.first_token_source`).
 
 Common random numbers: for each seed the workload is drawn once at rate 1 (the unit
 pattern of :mod:`serveplan.sim.workload`) and every rate divides those arrival times by the
@@ -42,7 +44,6 @@ from serveplan.config import (
 )
 from serveplan.deployments import AnyDeployment, PDDeployment, gpus, parse_deployment
 from serveplan.errors import UserError
-from serveplan.estimator.memory import kv_bytes_per_token_layer
 from serveplan.queueing import analytic as A
 from serveplan.sim import request_level as RL
 from serveplan.sim import workload as W
@@ -198,25 +199,17 @@ def schedulers(pool) -> int:
     return pool.num_instances * pool.dp
 
 
-def _instance(config: InstanceConfig, num_instances: int = 1) -> InstanceModel:
-    from serveplan.simulation import resolve_deployment
-
-    fields = {k: getattr(config, k) for k in InstanceConfig.model_fields}
-    dep = Deployment(**fields, num_instances=num_instances)
-    return InstanceModel(config, resolve_deployment(dep))
-
-
 class Workspace:
     """Caches shared by the deployments of one search or sweep, passed in explicitly.
 
     Resolved instances (oracle, engine defaults, memory plan) are keyed by their
-    :class:`~serveplan.config.InstanceConfig`; unit-rate requests by workload and seed;
-    analytic costs and request-level tables by instance and workload. Nothing here depends
-    on the order of use, so a result is the same with a fresh or a warm workspace.
+    :class:`~serveplan.config.InstanceConfig` fields and weights role; unit-rate requests
+    by workload and seed; analytic costs and request-level tables by instance and
+    workload. Nothing here depends on the order of use, so a result is the same with a
+    fresh or a warm workspace.
     """
 
     def __init__(self):
-        self._instances: dict[str, InstanceModel | Exception] = {}
         self._requests: dict[tuple, W.Requests] = {}
         self._costs: dict[tuple, A.InstanceCosts] = {}
         self._tables: dict[tuple, RL.CostTables] = {}
@@ -226,18 +219,43 @@ class Workspace:
         fields = {k: getattr(config, k) for k in InstanceConfig.model_fields}
         return json.dumps(fields, sort_keys=True, default=str)
 
-    def instance(self, config: InstanceConfig) -> InstanceModel:
-        """The resolved instance; a memory-planner error is cached and raised again."""
-        key = self._key(config)
-        if key not in self._instances:
+    def cached_or_raise(self, key: tuple, make):
+        """``make()`` once per ``key``; an error is cached and raised again (an instance
+        that does not fit fails the same way for every strategy using it)."""
+        def safe():
             try:
-                self._instances[key] = _instance(config)
-            except Exception as exc:  # cache failures too (OOM is common in a search)
-                self._instances[key] = exc
-        got = self._instances[key]
+                return make()
+            except Exception as exc:  # noqa: BLE001 -- re-raised below, every time
+                return exc
+
+        got = self.cached("costs", key, safe)
         if isinstance(got, Exception):
             raise got
         return got
+
+    def resolved_instance(self, d, weights_role: str = "full"):
+        """:func:`serveplan.resolution.resolve_instance` of a deployment's instance type,
+        once per instance fields and weights role."""
+        from serveplan.resolution import resolve_instance
+
+        return self.cached_or_raise(("instance", weights_role, self._key(d)),
+                                    lambda: resolve_instance(d, weights_role))
+
+    def resolvers(self):
+        """``(instance, ffn_pool)`` resolvers for :func:`serveplan.resolution.resolve` that
+        share these caches (an FFN pool once per configuration and largest pass)."""
+        from serveplan.afd import resolve_ffn
+
+        def ffn_pool(pool, max_tokens):
+            key = ("ffn", self._key(pool), pool.count, int(max_tokens))
+            return self.cached_or_raise(key, lambda: resolve_ffn(pool, max_tokens))
+
+        return self.resolved_instance, ffn_pool
+
+    def instance(self, config: InstanceConfig) -> InstanceModel:
+        """The resolved instance; a memory-planner error is cached and raised again."""
+        fields = {k: getattr(config, k) for k in InstanceConfig.model_fields}
+        return InstanceModel(config, self.resolved_instance(Deployment(**fields)))
 
     def unit_requests(self, workload, seed: int, block_size: int) -> W.Requests:
         key = (workload.model_dump_json(), int(seed), int(block_size))
@@ -355,31 +373,19 @@ class PreparedDeployment:
         """Mean KV-transfer time of one request (0 for colocated deployments)."""
         if not self.is_pd:
             return 0.0
-        return float(np.mean(self._kv_per_token_s * self.lengths[0].mean) + self._kv_latency)
+        per_token, latency = self._kv_link
+        return float(per_token * self.lengths[0].mean + latency)
 
     @cached_property
     def _kv_link(self) -> tuple[float, float]:
-        d: PDDeployment = self.deployment
+        """Seconds per prompt token and latency of one request's KV transfer on the
+        serving link (:attr:`~serveplan.resolution.ResolvedServing.handoff_link`: the
+        engine's handoff included): over NVLink when a prefill and a decode instance fit
+        in one node, else over the scale-out link."""
+        link = self.serving.handoff_link
         gpu = self.prefill.oracle.gpu
-        in_node = self.prefill.gpus + self.decode.gpus <= gpu.gpus_per_node
-        bw = d.kv_link_bw or (gpu.scaleup_bw if in_node else gpu.scaleout_bw)
-        lat = d.kv_link_latency_s
-        if lat is None:
-            lat = gpu.scaleup_latency_s if in_node else gpu.scaleout_latency_s
-        return float(bw), float(lat)
-
-    @property
-    def _kv_latency(self) -> float:
-        return self._kv_link[1]
-
-    @cached_property
-    def _kv_per_token_s(self) -> float:
-        """Seconds per prompt token of KV transfer: one rank's shard over one link."""
-        d: PDDeployment = self.deployment
-        model = self.prefill.oracle.model
-        lanes = max(1, min(d.prefill.tp, d.decode.tp))
-        per_rank = kv_bytes_per_token_layer(model, lanes, d.decode.kv_dtype) * model.num_layers
-        return per_rank / self._kv_link[0]
+        kind = 0 if self.prefill.gpus + self.decode.gpus <= gpu.gpus_per_node else 1
+        return float(link.seconds_per_token[kind]), float(link.latency_s[kind])
 
     def analytic(self, rates) -> A.AnalyticEstimate:
         """Level-1 estimates at ``rates`` (vectorised; microseconds per rate)."""
@@ -437,7 +443,8 @@ class PreparedDeployment:
         a, p, o = req.arrival_s, req.prompt_len, req.output_len
         if isinstance(d, PDDeployment):
             pp, dp = self.prefill.params, self.decode.params
-            kv = p * self._kv_per_token_s + self._kv_latency
+            per_token, latency = self._kv_link
+            kv = p * per_token + latency
             first, finish = RL.pd_times(
                 a, p, o, pre_tab, dec_tab, num_prefill=schedulers(d.prefill),
                 num_decode=schedulers(d.decode), prefill_max_num_seqs=pp.max_num_seqs,
@@ -453,62 +460,25 @@ class PreparedDeployment:
         return _metrics(rate, seed, "request", a, first, finish, o)
 
     # ------------------------------------------------------------------ iteration level
-    def kv_link(self):
-        """The engine's KV link: per-token seconds over NVLink and the scale-out network,
-        instances packed on nodes of ``gpus_per_node`` GPUs (prefill first, then decode)."""
-        from serveplan.sim.kvlink import KVLink, rank_offsets
+    @cached_property
+    def serving(self):
+        """The deployment resolved as :func:`serveplan.simulation.run_config` runs it (every
+        pool with its engine's runtime and front end, the KV link with the engine's
+        handoff), from the workspace's caches."""
+        from serveplan.resolution import resolve
 
-        d: PDDeployment = self.deployment
-        gpu = self.prefill.oracle.gpu
-        model = self.prefill.oracle.model
-        lanes = max(1, min(d.prefill.tp, d.decode.tp))
-        per_rank = kv_bytes_per_token_layer(model, lanes, d.decode.kv_dtype) * model.num_layers
-        if d.kv_link_bw is not None:
-            lat = d.kv_link_latency_s or 0.0
-            return KVLink.uniform(per_rank / d.kv_link_bw, lat, bytes_per_token=per_rank * lanes,
-                                  num_layers=model.num_layers)
-        nodes, first = [], 0
-        for pool in (d.prefill, d.decode):
-            if pool is d.decode and getattr(d, "placement", "packed") == "separate":
-                first = -(-first // gpu.gpus_per_node) * gpu.gpus_per_node  # next node
-            gpus = pool.tp * pool.pp * pool.dp
-            offsets = first + rank_offsets(pool.num_instances, gpus, pool.dp, pool)
-            nodes += (offsets // gpu.gpus_per_node).tolist()
-            first += pool.num_instances * gpus
-        n_p = schedulers(d.prefill)
-        return KVLink((per_rank / gpu.scaleup_bw, per_rank / gpu.scaleout_bw),
-                      (gpu.scaleup_latency_s, gpu.scaleout_latency_s), per_rank * lanes,
-                      model.num_layers, tuple(nodes[:n_p]), tuple(nodes[n_p:]))
-
-    def _iteration_pd(self, req: W.Requests, rate: float, seed: int) -> RequestMetrics:
-        from serveplan.sim.pd import PoolSpec, run_pd
-
-        d: PDDeployment = self.deployment
-        # routing and transfer options the deployment carries (when its model has them)
-        options = {arg: getattr(d, name) for name, arg in (
-            ("router", "router"), ("prefill_router", "prefill_router"),
-            ("assignment", "assignment"), ("layerwise_transfer", "layerwise"),
-            ("prefill_stage", "prefill_stage"), ("prefill_hold", "prefill_hold"))
-            if hasattr(d, name)}
-        res = run_pd(req, PoolSpec(self.prefill.params, self.prefill.oracle,
-                                   schedulers(d.prefill), lockstep=d.prefill.dp,
-                                   dp_tokens=self.prefill.resolved.dp_tokens),
-                     PoolSpec(self.decode.params, self.decode.oracle, schedulers(d.decode),
-                              lockstep=d.decode.dp, dp_tokens=self.decode.resolved.dp_tokens),
-                     link=self.kv_link(), **options)
-        return disaggregated_metrics(res, rate, seed)
+        instance, ffn_pool = self.ws.resolvers()
+        return resolve(self.deployment, instance=instance, ffn_pool=ffn_pool)
 
     def _iteration_level(self, req: W.Requests, rate: float, seed: int) -> RequestMetrics:
-        from serveplan.sim.engine import run_engine
+        """The event simulator through the one call a simulation makes
+        (:func:`serveplan.simulation.run_resolved`)."""
         from serveplan.sim.state import FINISHED_IGNORED
-        from serveplan.simulation import ROUTERS
+        from serveplan.simulation import run_resolved
 
-        if self.is_pd:
-            return self._iteration_pd(req, rate, seed)
-        d: Deployment = self.deployment
-        res = run_engine(req, self.prefill.oracle, self.prefill.params,
-                         num_instances=schedulers(d), router=ROUTERS[d.router], lockstep=d.dp,
-                         dp_tokens=self.prefill.resolved.dp_tokens)
+        res = run_resolved(self.serving, req)
+        if self.serving.disaggregated:
+            return disaggregated_metrics(res, rate, seed)
         r = res.reqs
         first = np.where(r.status == FINISHED_IGNORED, np.inf, r.t_first)
         return _metrics(rate, seed, "iteration", r.arrival, first, r.t_finish, r.n_out)

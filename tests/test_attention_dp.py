@@ -110,7 +110,7 @@ def test_kv_link_places_each_dp_rank_on_its_own_gpus():
     link = KVLink.from_specs(pre, dec, 1, 2, decode_ranks=2)
     p_nodes, d_nodes = link.nodes(1, 4)
     assert p_nodes.tolist() == [0] and d_nodes.tolist() == [1, 1, 2, 2]
-    # the goodput search's own link places them the same way
+    # the goodput search runs the same link
     from serveplan.config import PoissonWorkload
     from serveplan.fidelity import PreparedDeployment
 
@@ -118,7 +118,7 @@ def test_kv_link_places_each_dp_rank_on_its_own_gpus():
     pd = {"architecture": "pd", "prefill": {**inst, "tp": 8, "num_instances": 1},
           "decode": {**inst, "tp": 4, "dp": 2, "ep": 8, "num_instances": 2}}
     work = PoissonWorkload(kind="poisson", rate=1.0, num_requests=10, isl=256, osl=8)
-    p_nodes, d_nodes = PreparedDeployment(pd, work, seeds=(0,)).kv_link().nodes(1, 4)
+    p_nodes, d_nodes = PreparedDeployment(pd, work, seeds=(0,)).serving.link.nodes(1, 4)
     assert p_nodes.tolist() == [0] and d_nodes.tolist() == [1, 1, 2, 2]
 
 

@@ -225,3 +225,37 @@ def test_a_staged_load_is_rescaled_as_its_schedule():
     at_2 = prep.requests_at(2.0, 0)
     assert at_2.stages is None
     np.testing.assert_allclose(at_2.arrival_s, unit.stages.sends_without_server() / 2.0)
+
+
+def _engine_profile(tmp_path, name, **terms):
+    """The shipped vLLM runtime profile with its terms replaced by ``terms``."""
+    import json
+
+    from serveplan.estimator.runtime import load_runtime_profile
+
+    prof = load_runtime_profile("vllm").model_dump(mode="json")
+    prof["terms"] = terms
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(prof))
+    return str(path)
+
+
+def test_goodput_simulates_the_engines_runtime(tmp_path):
+    """A goodput search sees what a simulation sees: with an engine whose front end adds
+    0.1 s of latency to every token, each request's TTFT at the iteration level is exactly
+    0.1 s longer than with no terms (a latency moves no engine step, so the same requests
+    run the same steps) and its TPOT is unchanged; a disaggregated deployment's handoff of
+    0.2 s is in the analytic level's KV transfer as well."""
+    load = PoissonWorkload(kind="poisson", rate=1.0, num_requests=40, isl=512, osl=16)
+    engine = {**COLOCATED, "engine": "vllm", "engine_version": "0.11.0"}
+    plain = _engine_profile(tmp_path, "plain")
+    slow = _engine_profile(tmp_path, "slow", frontend_output_s=0.1)
+    m0, m1 = (PreparedDeployment({**engine, "runtime_profile": p}, load).evaluate(4.0, 0)
+              for p in (plain, slow))
+    np.testing.assert_allclose(m1.ttft_s - m0.ttft_s, 0.1, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(m1.tpot_s, m0.tpot_s, rtol=0, atol=1e-12)
+    handoff = _engine_profile(tmp_path, "handoff", disagg_handoff_s=0.2)
+    pds = [PreparedDeployment({"architecture": "pd", "prefill": {**engine, "runtime_profile": p},
+                               "decode": {**engine, "runtime_profile": p}}, load)
+           for p in (plain, handoff)]
+    assert pds[1].kv_transfer_s - pds[0].kv_transfer_s == pytest.approx(0.2, abs=1e-12)

@@ -83,16 +83,14 @@ def compare(cfg, routers: list[str]) -> tuple[list[dict], list]:
             rows.append({"router": name, **json.loads(ds.attrs["summary"])})
             sets.append(ds)
         return rows, sets
-    from serveplan.sim.engine import run_engine
+    from serveplan.resolution import resolve
     from serveplan.sim.results import summarize, to_dataset
-    from serveplan.simulation import ROUTERS, resolve_deployment
+    from serveplan.simulation import run_resolved
 
-    resolved = resolve_deployment(cfg.deployment)
-    requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.params.block_size)
-    d = resolved.deployment
+    resolved = resolve(cfg.deployment)  # as a simulation runs it: the engine's runtime too
+    requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
     for name in names:
-        res = run_engine(requests, resolved.oracle, resolved.params,
-                         num_instances=d.num_instances, router=ROUTERS[name], record_steps=2)
+        res = run_resolved(resolved, requests, router=name, record_steps=2)
         ds = to_dataset(res, attrs={"router": name})
         slo = cfg.slo.model_dump() if cfg.slo is not None else None
         s = summarize(ds, slo)
