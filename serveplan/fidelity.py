@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -387,15 +387,30 @@ class PreparedDeployment:
         kind = 0 if self.prefill.gpus + self.decode.gpus <= gpu.gpus_per_node else 1
         return float(link.seconds_per_token[kind]), float(link.latency_s[kind])
 
+    @cached_property
+    def front_end(self):
+        """The engine's API server (:class:`~serveplan.sim.runtime.FrontEnd`; None without
+        an engine or terms)."""
+        fe = self.serving.front_end()
+        return fe if fe is not None and fe.active else None
+
     def analytic(self, rates) -> A.AnalyticEstimate:
-        """Level-1 estimates at ``rates`` (vectorised; microseconds per rate)."""
+        """Level-1 estimates at ``rates`` (vectorised; microseconds per rate); TTFT
+        includes the front end's latency for a mean prompt (its queueing and its work per
+        output token are the simulators')."""
         d = self.deployment
         if isinstance(d, PDDeployment):
-            return A.pd_estimate(rates, schedulers(d.prefill), schedulers(d.decode),
-                                 self.prefill_costs, self.decode_costs, self.kv_transfer_s,
-                                 self.arrival_scv)
-        return A.colocated_estimate(rates, schedulers(d), self.prefill_costs,
-                                    self.arrival_scv)
+            est = A.pd_estimate(rates, schedulers(d.prefill), schedulers(d.decode),
+                                self.prefill_costs, self.decode_costs, self.kv_transfer_s,
+                                self.arrival_scv)
+        else:
+            est = A.colocated_estimate(rates, schedulers(d), self.prefill_costs,
+                                       self.arrival_scv)
+        fe = self.front_end
+        if fe is None:
+            return est
+        late = fe.request_s + fe.prompt_token_s * self.lengths[0].mean + fe.output_s
+        return replace(est, ttft_mean=est.ttft_mean + late, _ttft_offset=est._ttft_offset + late)
 
     def capacity(self) -> float:
         r"""Throughput upper bound (req/s) ignoring latency goals: prefill at its best
@@ -438,9 +453,13 @@ class PreparedDeployment:
         return pre, (pre if not self.is_pd else tables(self.decode))
 
     def _request_level(self, req: W.Requests, rate: float, seed: int) -> RequestMetrics:
-        d = self.deployment
+        """BestServe's per-request simulators behind the engine's front end: requests
+        reach the engine through its first-come first-served server, and every token the
+        client later by its output latency."""
+        d, fe = self.deployment, self.front_end
         pre_tab, dec_tab = self._tables
-        a, p, o = req.arrival_s, req.prompt_len, req.output_len
+        sent, p, o = req.arrival_s, req.prompt_len, req.output_len
+        a = sent if fe is None else fe.engine_arrivals(sent, p)
         if isinstance(d, PDDeployment):
             pp, dp = self.prefill.params, self.decode.params
             per_token, latency = self._kv_link
@@ -457,7 +476,8 @@ class PreparedDeployment:
                 a, p, o, pre_tab, num_instances=schedulers(d), max_num_seqs=pp.max_num_seqs,
                 max_num_batched_tokens=pp.max_num_batched_tokens,
                 kv_tokens=self.prefill.kv_tokens, tau=self.tau)
-        return _metrics(rate, seed, "request", a, first, finish, o)
+        late = 0.0 if fe is None else fe.output_s
+        return _metrics(rate, seed, "request", sent, first + late, finish + late, o)
 
     # ------------------------------------------------------------------ iteration level
     @cached_property

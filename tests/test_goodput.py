@@ -242,18 +242,23 @@ def _engine_profile(tmp_path, name, **terms):
 
 def test_goodput_simulates_the_engines_runtime(tmp_path):
     """A goodput search sees what a simulation sees: with an engine whose front end adds
-    0.1 s of latency to every token, each request's TTFT at the iteration level is exactly
-    0.1 s longer than with no terms (a latency moves no engine step, so the same requests
-    run the same steps) and its TPOT is unchanged; a disaggregated deployment's handoff of
-    0.2 s is in the analytic level's KV transfer as well."""
+    0.1 s of latency to every token, each request's TTFT at the iteration and the request
+    level, and the analytic level's TTFT, are exactly 0.1 s longer than with no terms (a
+    latency moves no engine step, so the same requests run the same steps) and TPOT is
+    unchanged; a disaggregated deployment's handoff of 0.2 s is in the analytic level's KV
+    transfer as well."""
     load = PoissonWorkload(kind="poisson", rate=1.0, num_requests=40, isl=512, osl=16)
     engine = {**COLOCATED, "engine": "vllm", "engine_version": "0.11.0"}
     plain = _engine_profile(tmp_path, "plain")
     slow = _engine_profile(tmp_path, "slow", frontend_output_s=0.1)
-    m0, m1 = (PreparedDeployment({**engine, "runtime_profile": p}, load).evaluate(4.0, 0)
-              for p in (plain, slow))
-    np.testing.assert_allclose(m1.ttft_s - m0.ttft_s, 0.1, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(m1.tpot_s, m0.tpot_s, rtol=0, atol=1e-12)
+    preps = [PreparedDeployment({**engine, "runtime_profile": p}, load) for p in (plain, slow)]
+    for level in ("iteration", "request"):
+        m0, m1 = (prep.evaluate(4.0, 0, level) for prep in preps)
+        np.testing.assert_allclose(m1.ttft_s - m0.ttft_s, 0.1, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(m1.tpot_s, m0.tpot_s, rtol=0, atol=1e-12)
+    a0, a1 = (prep.analytic([2.0, 4.0]) for prep in preps)
+    np.testing.assert_allclose(a1.ttft_mean - a0.ttft_mean, 0.1, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a1.ttft_quantile(0.9) - a0.ttft_quantile(0.9), 0.1, atol=1e-9)
     handoff = _engine_profile(tmp_path, "handoff", disagg_handoff_s=0.2)
     pds = [PreparedDeployment({"architecture": "pd", "prefill": {**engine, "runtime_profile": p},
                                "decode": {**engine, "runtime_profile": p}}, load)
