@@ -54,6 +54,30 @@ def cuda_graph_sizes(max_num_seqs: int = 256, max_size: int | None = None,
     return np.array(kept, dtype=np.float64)
 
 
+SGLANG_GRAPH_MAX_BS = ((20, 8, 8), (35, 24, 80), (60, 32, 160), (90, 256, 512),
+                       (160, 256, 512))
+"""SGLang's default ``cuda_graph_max_bs`` by GPU memory: ``(below GiB, tp < 4, tp >= 4)``;
+512 from 160 GiB (``ServerArgs._handle_gpu_memory_settings``, the rule that also sets its
+``chunked_prefill_size``)."""
+
+
+def sglang_cuda_graph_sizes(gpu_mem_gib: float, tp: int, speculative: bool = False) -> list[int]:
+    """SGLang's default CUDA-graph capture batch sizes on a GPU of ``gpu_mem_gib``
+    (``ServerArgs._generate_cuda_graph_batch_sizes``): 1, 2, 4, 8, 12, 16..256 step 8,
+    272..496 step 16, then step 32 (with speculative decoding 1..8, 10..32 step 2, 40..64
+    step 4, 72..256 step 8, then step 16), up to ``cuda_graph_max_bs``; bigger decode
+    batches run eagerly."""
+    top = next((small if tp < 4 else large for below, small, large in SGLANG_GRAPH_MAX_BS
+                if gpu_mem_gib < below), 512)
+    if speculative:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8),
+                 *range(272, top + 1, 16)]
+    else:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
+                 *range(512, top + 1, 32)]
+    return [s for s in sizes if s <= top]
+
+
 def _capture_sizes(sizes) -> np.ndarray:
     """Given capture sizes, checked, sorted and without repeats."""
     arr = np.asarray(sizes)

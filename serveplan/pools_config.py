@@ -161,7 +161,8 @@ class InstanceConfig(EngineConfig):
         None, min_length=1, description="The engine's CUDA-graph capture sizes (vLLM "
         "cudagraph_capture_sizes, SGLang --cuda-graph-bs, TensorRT-LLM cuda_graph_config."
         "batch_sizes with enable_padding); a step is padded to the next, beyond the largest it "
-        "runs eager. Default: vLLM's from max_num_seqs.")
+        "runs eager. Default: SGLang's own list (by GPU memory and tp) for engine: sglang, "
+        "else vLLM's from max_num_seqs.")
     profile: str | None = Field(None, description="Calibration profile JSON path.")
     scheduler: SchedulerName = "vllm-v1"
     engine: EngineName | None = Field(

@@ -22,7 +22,7 @@ from serveplan.deployments import strategy_name
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
-from serveplan.estimator.oracle import CostOracle
+from serveplan.estimator.oracle import CostOracle, sglang_cuda_graph_sizes
 from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
 from serveplan.estimator.specs import Parallelism
 from serveplan.pools_config import (
@@ -213,6 +213,15 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
     return tier
 
 
+def _graph_sizes(d: Deployment, rt: EngineRuntime | None) -> list[int] | None:
+    """The instance's CUDA-graph capture sizes: as given, else SGLang's own default
+    (by GPU memory and tp), else None (the oracle's vLLM default)."""
+    if d.cuda_graph_sizes is not None or rt is None or rt.engine != "sglang":
+        return d.cuda_graph_sizes
+    gib = resolve_gpu(d.gpu).memory_bytes / 2**30
+    return sglang_cuda_graph_sizes(gib, d.tp, speculative=d.speculative is not None)
+
+
 def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: int = 1) -> int:
     """One attention data-parallel rank's share of a server-wide limit
     (:data:`~serveplan.estimator.runtime.DP_SHARED_LIMITS`; a chunk kept to whole pages of
@@ -236,7 +245,7 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
-                        graph_sizes=d.cuda_graph_sizes)
+                        graph_sizes=_graph_sizes(d, rt))
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

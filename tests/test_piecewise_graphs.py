@@ -150,3 +150,30 @@ def test_given_capture_sizes_replace_vllms(slow_cpu):
     assert decode(mine, 12).time_s < decode(vllm, 12).time_s < decode(vllm, 16).time_s
     with pytest.raises(ValueError, match="graph_sizes must be a non-empty list"):
         CostOracle("llama-3.1-8b", "h100", profile=prof, graph_sizes=[])
+
+
+def test_sglang_pools_capture_sglangs_default_sizes():
+    """SGLang's ServerArgs: cuda_graph_max_bs 256 below TP 4 and 512 from TP 4 on an H100
+    (80 GiB: the "< 90 GiB" tier), 512 on a B200 (>= 160 GiB), 32 on an A100-40GB below TP
+    4; the list 1, 2, 4, 8, 12, 16..256 step 8 (36 sizes to 256), then 272..496 step 16
+    (15 more) and 512. So on an H100 at TP 1 a 300-request decode runs eager where vLLM's
+    list (up to min(2 x max_num_seqs, 512)) graphs it; a given list still wins."""
+    from serveplan.resolution import resolve
+
+    def sizes(**kw):
+        pool = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100",
+                "max_model_len": 8192, **kw}
+        return resolve({"pools": [pool]}).pools[0].instance.oracle.graph_sizes.tolist()
+
+    tp1 = sizes(engine="sglang")
+    assert tp1[:6] == [1, 2, 4, 8, 12, 16] and tp1[-2:] == [248, 256] and len(tp1) == 36
+    tp4 = sizes(engine="sglang", tp=4)
+    assert tp4[36:38] == [272, 288] and tp4[-2:] == [496, 512] and len(tp4) == 52
+    assert sizes(engine="sglang", gpu="b200")[-1] == 512
+    assert sizes(engine="sglang", gpu="a100-40gb")[-1] == 32
+    assert sizes(engine="sglang", cuda_graph_sizes=[1, 2, 3]) == [1, 2, 3]
+    assert sizes(engine="vllm", engine_version="0.11.0", max_num_seqs=512)[-1] == 512
+    pool = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100", "engine": "sglang"}
+    oracle = resolve({"pools": [pool]}).pools[0].instance.oracle
+    batch = (np.ones(300, dtype=np.int64), np.full(300, 300, dtype=np.int64))
+    assert oracle.breakdown(*batch).graph_mode == "eager"

@@ -285,6 +285,6 @@ def test_a_pool_gives_its_engines_capture_sizes():
     given = resolve({"pools": [{**pool, "cuda_graph_sizes": [8, 1, 2, 4, 8, 12]}]})
     assert given.pools[0].instance.oracle.graph_sizes.tolist() == [1, 2, 4, 8, 12]
     default = resolve({"pools": [pool]}).pools[0].instance.oracle.graph_sizes
-    assert default[:4].tolist() == [1, 2, 4, 8] and default[-1] == 512  # vLLM's
+    assert default[:5].tolist() == [1, 2, 4, 8, 12] and default[-1] == 256  # SGLang's, H100 TP 1
     with pytest.raises(ValidationError):
         resolve({"pools": [{**pool, "cuda_graph_sizes": [0, 4]}]})
