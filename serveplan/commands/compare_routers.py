@@ -60,44 +60,43 @@ def _p999(ds) -> float:
 
 
 def compare(cfg, routers: list[str]) -> tuple[list[dict], list]:
-    """Run ``cfg``'s requests through each router; ``(summaries, datasets)``."""
-    from serveplan.simulation import build_requests
+    """Run ``cfg``'s requests through each router, as a simulation runs the deployment
+    (the engine's runtime included); ``(summaries, datasets)``."""
+    from serveplan.resolution import resolve
+    from serveplan.simulation import build_requests, run_resolved, sibyl_prior
 
     pd = cfg.deployment.architecture == "pd"
     names = _canonical(routers, pd)
-    rows, sets = [], []
-    if pd:
-        from serveplan.pd_simulation import pd_dataset, resolve_pd, run_resolved
-
-        resolved = resolve_pd(cfg.deployment)
-        requests = build_requests(cfg.workload, cfg.seed,
-                                  block_size=resolved.prefill.params.block_size)
-        from serveplan.simulation import sibyl_prior
-
-        prior = sibyl_prior(cfg.workload, resolved, cfg.seed)
-        for name in names:
-            res = run_resolved(resolved, requests, router=name, record_steps=2, prior=prior)
-            key = "decode_router" if hasattr(cfg.deployment, "decode_router") else "router"
-            ds = pd_dataset(cfg.model_copy(update={"deployment": cfg.deployment.model_copy(
-                update={key: name})}), resolved, res)
-            rows.append({"router": name, **json.loads(ds.attrs["summary"])})
-            sets.append(ds)
-        return rows, sets
-    from serveplan.resolution import resolve
-    from serveplan.sim.results import summarize, to_dataset
-    from serveplan.simulation import run_resolved
-
-    resolved = resolve(cfg.deployment)  # as a simulation runs it: the engine's runtime too
+    resolved = resolve(cfg.deployment)
     requests = build_requests(cfg.workload, cfg.seed, block_size=resolved.block_size)
+    prior = sibyl_prior(cfg.workload, resolved, cfg.seed)
+    rows, sets = [], []
     for name in names:
-        res = run_resolved(resolved, requests, router=name, record_steps=2)
-        ds = to_dataset(res, attrs={"router": name})
-        slo = cfg.slo.model_dump() if cfg.slo is not None else None
-        s = summarize(ds, slo)
-        s["p99_9_tpot_ms"] = _p999(ds)
-        rows.append({"router": name, **s})
+        res = run_resolved(resolved, requests, router=name, record_steps=2, prior=prior)
+        summary, ds = (_pd_summary if pd else _colocated_summary)(cfg, resolved, res, name)
+        rows.append({"router": name, **summary})
         sets.append(ds)
     return rows, sets
+
+
+def _pd_summary(cfg, resolved, res, name: str):
+    """A disaggregated run's summary and Dataset (the config naming its decode router)."""
+    from serveplan.simulation import make_dataset
+
+    key = "decode_router" if hasattr(cfg.deployment, "decode_router") else "router"
+    run_cfg = cfg.model_copy(update={"deployment": cfg.deployment.model_copy(
+        update={key: name})})
+    ds = make_dataset(run_cfg, resolved, res)
+    return json.loads(ds.attrs["summary"]), ds
+
+
+def _colocated_summary(cfg, resolved, res, name: str):
+    """A colocated run's summary (with the P99.9 TPOT) and Dataset."""
+    from serveplan.sim.results import summarize, to_dataset
+
+    ds = to_dataset(res, attrs={"router": name})
+    slo = cfg.slo.model_dump() if cfg.slo is not None else None
+    return {**summarize(ds, slo), "p99_9_tpot_ms": _p999(ds)}, ds
 
 
 def print_rows(rows: list[dict], console: Console, title: str) -> None:
