@@ -15,8 +15,10 @@ share their instance types), and evaluated at any rate at two levels:
   ``serveplan simulate`` runs for the deployment.
 
 The request level (BestServe's per-request simulators) has no attention/FFN model and is
-refused. The KV transfer of the analytic level is one prompt's KV over the fastest link
-the prefill -> attention path has (NVLink when both instances fit one node).
+refused. The analytic level's KV transfer is the prefill/decode one
+(:attr:`~serveplan.fidelity.PreparedDeployment.kv_transfer_s`: one mean prompt's KV over
+NVLink when a prefill and an attention instance fit one node, the engine's handoff
+included), and its TTFT includes the engine's front end, as the iteration level's does.
 """
 
 from __future__ import annotations
@@ -135,18 +137,14 @@ class PreparedAFD(PreparedDeployment):
     def decode_costs(self) -> A.InstanceCosts:
         return self.decode_costs_with(self.counts[1] - 1)
 
-    @cached_property
-    def kv_transfer_s(self) -> float:
-        """Mean KV transfer of one prompt over the fastest prefill -> attention link."""
-        link = self.serving.link
-        return float(self.lengths[0].mean * min(link.seconds_per_token)
-                     + min(link.latency_s))
-
     # ------------------------------------------------------------------ analytic level
     def analytic(self, rates) -> A.AnalyticEstimate:
+        """Level-1 estimates at ``rates``, as a prefill/decode deployment's (the front
+        end's latency included)."""
         n_p, n_a, _ = self.counts
-        return A.pd_estimate(rates, n_p, n_a, self.prefill_costs, self.decode_costs,
-                             self.kv_transfer_s, self.arrival_scv)
+        return self.behind_front_end(A.pd_estimate(
+            rates, n_p, n_a, self.prefill_costs, self.decode_costs, self.kv_transfer_s,
+            self.arrival_scv))
 
     def capacity(self) -> float:
         """Throughput bound ignoring latency goals (req/s): prefill at its best batching,

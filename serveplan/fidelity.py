@@ -406,6 +406,11 @@ class PreparedDeployment:
         else:
             est = A.colocated_estimate(rates, schedulers(d), self.prefill_costs,
                                        self.arrival_scv)
+        return self.behind_front_end(est)
+
+    def behind_front_end(self, est: A.AnalyticEstimate) -> A.AnalyticEstimate:
+        """``est`` with the front end's latency for a mean prompt added to its TTFT
+        (request setup, the prompt's tokenization, the first token's output path)."""
         fe = self.front_end
         if fe is None:
             return est

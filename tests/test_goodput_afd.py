@@ -64,3 +64,29 @@ def test_afd_at_the_request_level_is_refused(tmp_path):
                                                           fidelity="request"))])
     assert res.exit_code == 1
     assert "Traceback" not in res.output and "request" in res.output
+
+
+def test_afd_analytic_level_counts_the_engines_runtime(tmp_path):
+    """The analytic level of an AFD deployment sees the engine's runtime as a simulation
+    does: a front end adding 0.1 s to every token moves the mean and P90 TTFT by exactly
+    0.1 s (a latency moves no step), and a 0.2 s handoff is in the KV transfer."""
+    from test_goodput import _engine_profile
+
+    from serveplan.afd_prepared import PreparedAFD
+    from serveplan.config import PoissonWorkload
+
+    load = PoissonWorkload(kind="poisson", rate=1.0, num_requests=40, isl=512, osl=16)
+
+    def prepared(profile: str) -> PreparedAFD:
+        d = _afd_deployment()
+        d["pools"] = [{**p, "engine": "vllm", "engine_version": "0.11.0",
+                       "runtime_profile": profile} for p in d["pools"]]
+        return PreparedAFD(PoolsDeployment.model_validate(d), load)
+
+    plain, slow, handoff = (prepared(_engine_profile(tmp_path, name, **terms)) for name, terms in
+                            (("plain", {}), ("slow", {"frontend_output_s": 0.1}),
+                             ("handoff", {"disagg_handoff_s": 0.2})))
+    a0, a1 = plain.analytic([1.0, 2.0]), slow.analytic([1.0, 2.0])
+    assert a1.ttft_mean - a0.ttft_mean == pytest.approx([0.1, 0.1], abs=1e-12)
+    assert a1.ttft_quantile(0.9) - a0.ttft_quantile(0.9) == pytest.approx([0.1, 0.1], abs=1e-9)
+    assert handoff.kv_transfer_s - plain.kv_transfer_s == pytest.approx(0.2, abs=1e-12)
