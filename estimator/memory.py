@@ -308,7 +308,7 @@ def resolve_setup(model, gpu, parallel: Parallelism | None = None, *,
     part = (pp_layer_partition if isinstance(pp_layer_partition, str | None)
             else tuple(pp_layer_partition))
     return Setup(
-        model=m, gpu=g, par=par, profile=profile or load_profile(g.name), quantization=quant,
+        model=m, gpu=g, par=par, profile=profile or load_profile(g), quantization=quant,
         layers=tuple(layers), weights=tuple(_weights_by_stage(m, par, quant, layers, weights_role,
                                                     redundant_experts)),
         per_tok_layer=kv_bytes_per_token_layer(m, par.tp, quant.kv_cache),

@@ -160,7 +160,7 @@ class CostOracle:
         if isinstance(profile, Profile):
             self.profile = profile
         else:
-            self.profile = load_profile(self.gpu.name, profile)
+            self.profile = load_profile(self.gpu, profile)
         self.cuda_graph = cuda_graph
         self.piecewise_cuda_graph = bool(cuda_graph and piecewise_cuda_graph)
         self.table: OpTable = build_ops(self.model, self.parallel, dtype, kv_dtype,

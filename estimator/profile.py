@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .catalog import resolve_gpu
 from .correctors import GridTable
-from .specs import SpecError, read_text_file
+from .specs import GPUSpec, SpecError, read_text_file
 
 FAMILIES = ("gemm", "attention", "elementwise", "moe", "comm")
 MODULES = ("embedding", "norm", "attention", "mlp", "moe", "final_norm", "lm_head", "sampler")
@@ -145,16 +146,39 @@ def bundled_profile_name(gpu: str, engine: str = DEFAULT_ENGINE) -> str:
     return f"{gpu}.json" if engine == DEFAULT_ENGINE else f"{gpu}-{engine}.json"
 
 
-def _bundled(gpu: str, engine: str = DEFAULT_ENGINE) -> Profile | None:
+def _shipped(name: str, engine: str) -> Profile | None:
     path = resources.files(__package__).joinpath("data", "profiles",
-                                                  bundled_profile_name(gpu, engine))
+                                                  bundled_profile_name(name, engine))
     if not path.is_file():
         return None
     return Profile(**json.loads(path.read_text()))
 
 
-def load_profile(gpu: str | None = None, path: str | Path | None = None) -> Profile:
-    """The profile at ``path`` if given, else the shipped one for ``gpu``, else defaults.
+def _bundled(gpu: str | GPUSpec, engine: str = DEFAULT_ENGINE) -> Profile | None:
+    """The shipped profile of ``gpu`` under ``engine``; for a GPU without one, that of the
+    GPU its catalog entry borrows from (``profile_from``: the same SM architecture, e.g.
+    B300 and GB200 from B200), its provenance saying so; else None."""
+    if not isinstance(gpu, GPUSpec):
+        try:
+            gpu = resolve_gpu(gpu)
+        except SpecError:  # a name outside the catalog: only its own file can match
+            return _shipped(str(gpu), engine)
+    own = _shipped(gpu.name, engine)
+    if own is not None or gpu.profile_from is None:
+        return own
+    lender = _shipped(gpu.profile_from, engine)
+    if lender is None:
+        return None
+    note = {"borrowed_by": gpu.name, "borrowed_from": gpu.profile_from, "reason": (
+        f"no per-op data for {gpu.name}; fractions of peak fitted on {gpu.profile_from}, "
+        "the same SM architecture, applied to its own peaks")}
+    return lender.model_copy(update={"name": f"{lender.name} (for {gpu.name})",
+                                     "provenance": {**lender.provenance, **note}})
+
+
+def load_profile(gpu: str | GPUSpec | None = None, path: str | Path | None = None) -> Profile:
+    """The profile at ``path`` if given, else the shipped one for ``gpu`` (or for the GPU
+    its catalog entry borrows from, ``profile_from``), else defaults.
 
     ``path`` may also name an engine (``vllm``, ``trtllm``, ``sglang``): the shipped
     profile fitted on that engine's measurements for ``gpu`` (``--profile trtllm``).
@@ -162,7 +186,8 @@ def load_profile(gpu: str | None = None, path: str | Path | None = None) -> Prof
     if path is not None and str(path) in ENGINES and not Path(path).exists():
         prof = _bundled(gpu, str(path)) if gpu is not None else None
         if prof is None:
-            raise SpecError(f"no shipped {path} profile for GPU {gpu!r}")
+            name = gpu.name if isinstance(gpu, GPUSpec) else gpu
+            raise SpecError(f"no shipped {path} profile for GPU {name!r}")
         return prof
     if path is not None:
         p = Path(path)

@@ -251,6 +251,9 @@ class GPUSpec(BaseModel):
                                   "direction per GPU, effective (the CPU KV tier's link); "
                                   "None: unknown")
     host_latency_s: float = Field(1e-5, ge=0)
+    profile_from: str | None = Field(None, description="the GPU whose shipped calibration "
+                                     "profiles this one uses when it has none of its own "
+                                     "(same SM architecture); None: the Profile defaults")
 
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:

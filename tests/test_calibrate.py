@@ -218,6 +218,26 @@ def test_shipped_profiles_load_by_default(gpu):
     assert 1e-3 < oracle.decode_time(64, 2048) < 0.2
 
 
+def test_a_gpu_without_a_profile_borrows_its_siblings():
+    """B300 has no per-op data: it runs B200's fitted profiles (each engine's) on its own
+    peaks, and says so; a B200 twin that names B200 as its lender prices every step
+    exactly as B200 does, the same twin without a lender runs on the defaults, and a GPU
+    the catalog gives no lender (H100 PCIe: another interconnect) keeps the defaults."""
+    for engine in (None, "trtllm", "sglang"):
+        lender, borrowed = load_profile("b200", engine), load_profile("b300", engine)
+        assert borrowed.efficiency == lender.efficiency
+        assert borrowed.correctors.keys() == lender.correctors.keys() and lender.correctors
+        assert borrowed.provenance["borrowed_from"] == "b200"
+        assert borrowed.name == f"{lender.name} (for b300)"
+    b200 = resolve_gpu("b200").model_dump()
+    twin = {**b200, "name": "b200-twin", "aliases": (), "profile_from": "b200"}
+    alone = {**twin, "profile_from": None}
+    times = [CostOracle("llama-3.1-8b", g).decode_time(64, 2048) for g in ("b200", twin, alone)]
+    assert times[1] == times[0] and times[2] != times[0]
+    assert CostOracle("llama-3.1-8b", alone).profile == Profile()
+    assert load_profile("h100-pcie") == Profile()
+
+
 def test_refit_keeps_the_provenance_notes(tmp_path):
     """``calibrate --all`` rewrites PROVENANCE.md's table and keeps its notes section."""
     from serveplan.estimator.calibrate import NOTES_HEADING, _kept_notes, _provenance_md
