@@ -39,6 +39,16 @@ def as_array(name: str, x: object, dtype: type) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+def as_pair(first: tuple[str, object, type],
+            second: tuple[str, object, type]) -> tuple[np.ndarray, np.ndarray]:
+    """Two 1-D arrays (:func:`as_array`, each given as ``(name, values, dtype)``) that must
+    have one entry per item: the same length."""
+    a, b = (as_array(*spec) for spec in (first, second))
+    if len(a) != len(b):
+        raise ValueError(f"{first[0]} has {len(a)} entries but {second[0]} has {len(b)}")
+    return a, b
+
+
 def first_bad(name: str, a: np.ndarray, bad: np.ndarray, rule: str) -> None:
     if bad.any():
         i = int(np.argmax(bad))

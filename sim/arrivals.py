@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._checks import SeedLike, as_array, check_int, check_positive, first_bad, make_rng
+from ._checks import SeedLike, as_array, as_pair, check_int, check_positive, first_bad, make_rng
 
 
 def _gaps_to_times(gaps: np.ndarray) -> np.ndarray:
@@ -331,10 +331,8 @@ class StagePlan:
     offset_s: np.ndarray
 
     def __post_init__(self) -> None:
-        stage = as_array("stage", self.stage, np.int64)
-        offset = as_array("offset_s", self.offset_s, np.float64)
-        if len(stage) != len(offset):
-            raise ValueError(f"stage has {len(stage)} entries but offset_s has {len(offset)}")
+        stage, offset = as_pair(("stage", self.stage, np.int64),
+                                ("offset_s", self.offset_s, np.float64))
         if len(stage):
             step = np.diff(stage, prepend=0)
             first_bad("stage", stage, (step < 0) | (step > 1) | (stage < 0),

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from scipy import special
 
-from ._checks import SeedLike, as_array, check_int, check_positive, first_bad, make_rng
+from ._checks import SeedLike, as_array, as_pair, check_int, check_positive, first_bad, make_rng
 
 _MAX_LEN = 1 << 62  # cap for unclipped samples so that the int64 cast is defined
 
@@ -301,10 +301,8 @@ class ShareGPTPairs:
     output_len: np.ndarray
 
     def __post_init__(self) -> None:
-        p = as_array("prompt_len", self.prompt_len, np.int64)
-        o = as_array("output_len", self.output_len, np.int64)
-        if len(p) != len(o):
-            raise ValueError(f"prompt_len has {len(p)} entries but output_len has {len(o)}")
+        p, o = as_pair(("prompt_len", self.prompt_len, np.int64),
+                       ("output_len", self.output_len, np.int64))
         object.__setattr__(self, "prompt_len", p)
         object.__setattr__(self, "output_len", o)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_array, check_int, first_bad
+from ._checks import as_pair, check_int, first_bad
 from .requests import ragged_take
 
 
@@ -37,10 +37,7 @@ def synthetic_prefix_hashes(prompt_len: np.ndarray, group: np.ndarray, prefix_le
         ``G * (prefix_len // B)``. So equal prefixes give equal leading ids, as in vLLM and Mooncake,
         where a block's hash covers all tokens up to its end.
     """
-    prompt_len = as_array("prompt_len", prompt_len, np.int64)
-    group = as_array("group", group, np.int64)
-    if len(group) != len(prompt_len):
-        raise ValueError(f"group has {len(group)} entries but prompt_len has {len(prompt_len)}")
+    group, prompt_len = as_pair(("group", group, np.int64), ("prompt_len", prompt_len, np.int64))
     first_bad("prompt_len", prompt_len, prompt_len < 1, "lengths must be >= 1")
     prefix_len = check_int("prefix_len", prefix_len, 0)
     block_size = check_int("block_size", block_size, 1)
