@@ -258,8 +258,8 @@ def batch_level() -> dict:
         tp = int(r.tp)
         key = (r.hf_model, r.gpu, tp, r.engine)
         if key not in oracles:
-            prof_gpu = "a100-80gb" if r.gpu == "a100-40gb" else r.gpu
-            profile = load_profile(prof_gpu, None if r.engine == "vllm" else r.engine)
+            # a100-40gb runs a100-80gb's profiles (the catalog's profile_from)
+            profile = load_profile(r.gpu, None if r.engine == "vllm" else r.engine)
             try:
                 oracle = CostOracle(r.hf_model, r.gpu, tp=tp, dtype="fp16", kv_dtype="fp16",
                                     profile=profile)
