@@ -154,6 +154,14 @@ def _shipped(name: str, engine: str) -> Profile | None:
     return Profile(**json.loads(path.read_text()))
 
 
+def _shipped_gpus(engine: str) -> list[str]:
+    """The GPUs with a shipped profile under ``engine``."""
+    names = {f.name for f in resources.files(__package__).joinpath("data", "profiles").iterdir()}
+    gpus = {n.removesuffix(".json") for n in names if n.endswith(".json")
+            and not any(n.endswith(f"-{e}.json") for e in ENGINES)}
+    return sorted(g for g in gpus if bundled_profile_name(g, engine) in names)
+
+
 def _bundled(gpu: str | GPUSpec, engine: str = DEFAULT_ENGINE) -> Profile | None:
     """The shipped profile of ``gpu`` under ``engine``; for a GPU without one, that of the
     GPU its catalog entry borrows from (``profile_from``: the same SM architecture, e.g.
@@ -168,7 +176,8 @@ def _bundled(gpu: str | GPUSpec, engine: str = DEFAULT_ENGINE) -> Profile | None
         return own
     lender = _shipped(gpu.profile_from, engine)
     if lender is None:
-        return None
+        raise SpecError(f"GPU {gpu.name}: profile_from {gpu.profile_from!r} names no GPU with "
+                        f"a shipped {engine} profile; those GPUs: {', '.join(_shipped_gpus(engine))}")
     note = {"borrowed_by": gpu.name, "borrowed_from": gpu.profile_from, "reason": (
         f"no per-op data for {gpu.name}; fractions of peak fitted on {gpu.profile_from}, "
         "the same SM architecture, applied to its own peaks")}

@@ -21,6 +21,7 @@ from serveplan.estimator.measurements import MEASUREMENT_COLUMNS, load_aiconfigu
 from serveplan.estimator.opwork import corrector_features, op_times, op_work
 from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.profile import Efficiency, PhaseEfficiency, Profile, load_profile
+from serveplan.estimator.specs import SpecError
 from serveplan.kernels import roofline as K
 
 FIXTURES = __import__("pathlib").Path(__file__).parent / "data" / "measurements"
@@ -236,6 +237,8 @@ def test_a_gpu_without_a_profile_borrows_its_siblings():
     assert times[1] == times[0] and times[2] != times[0]
     assert CostOracle("llama-3.1-8b", alone).profile == Profile()
     assert load_profile("h100-pcie") == Profile()
+    with pytest.raises(SpecError, match="profile_from 'b2000' names no GPU with a shipped vllm profile"):
+        CostOracle("llama-3.1-8b", {**twin, "profile_from": "b2000"})
 
 
 def test_refit_keeps_the_provenance_notes(tmp_path):
