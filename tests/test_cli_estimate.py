@@ -21,6 +21,16 @@ def test_estimate_decode_table(oracle_8b):
     assert "attention" in r.output and "step time" in r.output and "CUDA graph" in r.output
 
 
+def test_estimate_says_which_profile_a_gpu_borrows(oracle_8b):
+    """GB200 has no per-op data: the step is priced with B200's profile, and the output
+    says so; H100's own profile needs no such line."""
+    args = ("--model", "llama-3.1-8b", "--batch", "8", "--context-len", "512")
+    r = run("estimate", "--gpu", "gb200", *args)
+    assert r.exit_code == 0, r.output
+    assert "profile: b200's (no per-op data for gb200)" in r.output
+    assert "profile:" not in run("estimate", "--gpu", "h100", *args).output
+
+
 def test_estimate_json_matches_python_api(oracle_8b):
     r = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--phase", "prefill",
             "--batch", "2", "--input-len", "1024", "--json")

@@ -161,6 +161,9 @@ def _print_step(bd: Breakdown, oracle: CostOracle, title: str, tokens: int) -> N
                   f"{tokens / bd.time_s:,.0f} tokens/s")
     if oracle.moe_load > 1.0:
         console.print(f"MoE: the busiest ep rank holds {oracle.moe_load:.3f}x the mean load")
+    lender = oracle.profile.provenance.get("borrowed_from")
+    if lender is not None:
+        console.print(f"profile: {lender}'s (no per-op data for {oracle.gpu.name})")
 
 
 Engine = Enum("Engine", {e: e for e in ENGINES}, type=str)  # vllm, sglang, trtllm
