@@ -380,7 +380,7 @@ INTERPRETATION = """\
 (Written for the results of the default command.) **In no regime we simulated does SIBYL
 beat round-robin or least-requests routing; it ties least-loaded-by-tokens (ILS).** Against
 RR its P99 TPOT is significantly worse in 9 of the 10 cells (+17 % to +345 %) and tied in
-Zeta-like lengths (+2 ± 10 %); its mean TPOT is worse in every cell (+2 % to +21 %).
+Zeta-like lengths (+3 ± 14 %); its mean TPOT is worse in every cell (+2 % to +26 %).
 Least-requests (ILS by count) is the best or tied-best router everywhere. Against ILS by
 tokens SIBYL is tied in every disaggregated cell: its look-ahead does not change the outcome.
 
@@ -388,24 +388,24 @@ Why. SIBYL's load is the KV footprint (prompt + generated tokens, Eq. 2) project
 prefill window (0.1-0.5 s here, seconds with queued prefills) -- short next to a request's
 decode (20-400 s). An instance that just received requests has a small footprint but the
 most remaining work, so a footprint-balancing router keeps sending it requests: SIBYL's
-pre-assigned instance is the least loaded by tokens at the handoff 61-92 % of the time
+pre-assigned instance is the least loaded by tokens at the handoff 62-92 % of the time
 (RR: 3-13 %; the paper's "optimal assignment"), yet its instances carry more requests, and
 a decode step's time grows with the batch (the H20 is compute-bound at large batches:
-t(64) = 52 ms, t(256) = 203 ms at the study's contexts) and with the KV read. The survival
+t(64) = 41 ms, t(256) = 170 ms at the study's contexts) and with the KV read. The survival
 weighting barely moves the metric over such a short horizon (PROB@1 is tied with SIBYL),
 and Type 3 is rare with exact prefill delays (Eq. 8 and Algorithm 1 are tied everywhere).
 
 How it varies. Load: the gap to RR grows with load (ShareGPT-like, 8 instances: mean +3 %
-at 0.6, +16 % at 0.9). Instances: 8 and 32 instances give the same gap (+43 % P99).
+at 0.6, +18 % at 0.9). Instances: 8 and 32 instances give the same gap (+48 and +46 % P99).
 Lengths: Zeta-like lengths (longer prompts, so the prompt is a larger share of the
 footprint) shrink it to a tie on P99; low output variance does not help (+31 % P99): the
 bias toward instances with young requests does not depend on the variance. Output scale:
-longer outputs widen it (H20, x0.25: +66 % P99; H200, x0.5: +345 % P99 with seed-to-seed
+longer outputs widen it (H20, x0.25: +71 % P99; H200, x0.5: +345 % P99 with seed-to-seed
 swings, as ILS by tokens). GPU: on the H200 (same memory, 6.7x the compute, so steps depend
 less on batch size) the gap narrows at short outputs (+17 % P99, +2 % mean) but not at long
 ones. Queued prefills (2 prefill engines instead of an exact delay) widen the window SIBYL
-looks across, and change nothing (+40 % P99). Colocated instances are SIBYL's worst case
-(+148 % P99): queued requests weigh only their prompt, so arrivals pile onto instances whose
+looks across, and change nothing (+48 % P99). Colocated instances are SIBYL's worst case
+(+164 % P99): queued requests weigh only their prompt, so arrivals pile onto instances whose
 prefills then stall their decodes.
 
 Ablations and tie-breaks. With loads that are never exactly equal (Ŝ warm-started) the
