@@ -105,6 +105,20 @@ def test_refresh_looks_where_numba_caches():
         assert _cache_dir().name == "__pycache__" or _cache_dir().is_dir()
 
 
+def test_refresh_sweeps_again_only_after_a_source_changes(monkeypatch):
+    """The cache sweep reads every simulator source and lists the cache folder; a process
+    does it before its first run and again only once a source is newer than at its last
+    sweep (a run of a search would otherwise pay it every time)."""
+    from serveplan.sim import _jitcache
+
+    times, sweeps = iter([100.0, 100.0, 100.0, 101.5, 101.5]), []
+    monkeypatch.setattr(_jitcache, "_SWEPT_AT", [])
+    monkeypatch.setattr(_jitcache, "_newest_source", lambda: next(times))
+    monkeypatch.setattr(_jitcache, "_sweep", lambda: sweeps.append(1) or 3)
+    assert [_jitcache.refresh() for _ in range(5)] == [3, 0, 0, 3, 0]
+    assert len(sweeps) == 2
+
+
 @jit(cache=False)
 def _pick(x, flag):
     return x + 1 if flag else x - 1
