@@ -24,7 +24,7 @@ from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
 from serveplan.estimator.oracle import CostOracle, sglang_cuda_graph_sizes
 from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
-from serveplan.estimator.specs import Parallelism
+from serveplan.estimator.specs import GPUSpec, Parallelism
 from serveplan.pools_config import (
     MAX_BLOCKS,
     AnyDeployment,
@@ -164,10 +164,9 @@ def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
     return plan.kv_tokens // block_size + 1, plan.as_dict()
 
 
-def _engine_runtime(d: Deployment) -> EngineRuntime | None:
+def _engine_runtime(d: Deployment, gpu: GPUSpec) -> EngineRuntime | None:
     if d.engine is None:
         return None
-    gpu = resolve_gpu(d.gpu)
     return engine_runtime(d.engine, d.engine_version, gpu.name, gpu.memory_bytes / 2**30,
                           d.runtime_profile)
 
@@ -213,12 +212,12 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
     return tier
 
 
-def _graph_sizes(d: Deployment, rt: EngineRuntime | None) -> list[int] | None:
+def _graph_sizes(d: Deployment, rt: EngineRuntime | None, gpu: GPUSpec) -> list[int] | None:
     """The instance's CUDA-graph capture sizes: as given, else SGLang's own default
     (by GPU memory and tp), else None (the oracle's vLLM default)."""
     if d.cuda_graph_sizes is not None or rt is None or rt.engine != "sglang":
         return d.cuda_graph_sizes
-    gib = resolve_gpu(d.gpu).memory_bytes / 2**30
+    gib = gpu.memory_bytes / 2**30
     return sglang_cuda_graph_sizes(gib, d.tp, speculative=d.speculative is not None)
 
 
@@ -237,15 +236,16 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
 
     ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
     """
-    rt = _engine_runtime(d)
+    gpu = resolve_gpu(d.gpu)
+    rt = _engine_runtime(d, gpu)
     max_num_seqs = _dp_rank_share(rt, d, _knob(d, "max_num_seqs", rt))
-    oracle = CostOracle(d.model, d.gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
+    oracle = CostOracle(d.model, gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
                         dtype=instance_dtype(d), kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph,
                         piecewise_cuda_graph=rt is not None and rt.entry.piecewise_cuda_graph,
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
-                        graph_sizes=_graph_sizes(d, rt))
+                        graph_sizes=_graph_sizes(d, rt, gpu))
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]
