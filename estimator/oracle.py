@@ -10,12 +10,14 @@ taking :attr:`CostOracle.kernel_args` and calling ``roofline.step_time`` itself.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from serveplan.kernels import roofline as K
+from serveplan.kernels.uniform import uniform_step_times
 
 from .catalog import resolve_gpu, resolve_model
 from .correctors import MOE_KERNEL_DTYPE, Runtime, Static, find_table, packed_factors
@@ -76,6 +78,26 @@ def sglang_cuda_graph_sizes(gpu_mem_gib: float, tp: int, speculative: bool = Fal
         sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
                  *range(512, top + 1, 32)]
     return [s for s in sizes if s <= top]
+
+
+TRTLLM_GRAPH_MAX_BS = 128
+"""TensorRT-LLM's ``cuda_graph_config.max_batch_size`` when none is given."""
+
+
+def trtllm_cuda_graph_sizes(max_batch_size: int = TRTLLM_GRAPH_MAX_BS,
+                            padding: bool = False) -> list[int]:
+    """TensorRT-LLM's CUDA-graph batch sizes for ``cuda_graph_config`` without
+    ``batch_sizes`` (``CudaGraphConfig._generate_cuda_graph_batch_sizes``, 1.x): with
+    ``enable_padding`` 1, 2, 4, 8..128 step 8, else 1..32, 64, 128; then the powers of two
+    from 256 below ``2**ceil(log2(max_batch_size))``; those up to ``max_batch_size``, which
+    is added when missing. Without padding only a batch of exactly one of these sizes
+    replays a graph (``CostOracle(graph_padding=False)``)."""
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+    sizes = [1, 2, 4, *range(8, 129, 8)] if padding else [*range(1, 33), 64, 128]
+    sizes += [2**i for i in range(8, math.ceil(math.log2(max_batch_size)))]
+    sizes = sorted(s for s in sizes if s <= max_batch_size)
+    return sizes if sizes[-1] == max_batch_size else [*sizes, max_batch_size]
 
 
 def _capture_sizes(sizes) -> np.ndarray:
@@ -144,6 +166,9 @@ class CostOracle:
         ``cudagraph_capture_sizes``, SGLang ``--cuda-graph-bs``, TensorRT-LLM
         ``cuda_graph_config.batch_sizes``); default vLLM's from ``max_num_seqs``. A step
         between two sizes is padded to the larger; beyond the largest it runs eager.
+    graph_padding
+        False: only a step of exactly a capture size replays a graph, the others run eager
+        (TensorRT-LLM without ``cuda_graph_config.enable_padding``, its default).
     """
 
     def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
@@ -151,7 +176,8 @@ class CostOracle:
                  cuda_graph: bool = True, profile: Profile | str | Path | None = None,
                  max_num_seqs: int = 256, correctors: bool = True,
                  moe_routing: MoERouting | dict | None = None, decode_query_len: int = 1,
-                 piecewise_cuda_graph: bool = False, graph_sizes=None):
+                 piecewise_cuda_graph: bool = False, graph_sizes=None,
+                 graph_padding: bool = True):
         self.model: ModelSpec = resolve_model(model)
         self.gpu: GPUSpec = resolve_gpu(gpu)
         self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
@@ -163,6 +189,7 @@ class CostOracle:
             self.profile = load_profile(self.gpu, profile)
         self.cuda_graph = cuda_graph
         self.piecewise_cuda_graph = bool(cuda_graph and piecewise_cuda_graph)
+        self.graph_padding = bool(graph_padding)
         self.table: OpTable = build_ops(self.model, self.parallel, dtype, kv_dtype,
                                         self.profile.attention_impl,
                                         self.routing.redundant_experts)
@@ -220,6 +247,7 @@ class CostOracle:
         prm[K.P_MOE_TOKENS] = par.dp
         prm[K.P_MOE_LOAD] = self.moe_load
         prm[K.P_GRAPH] = 2.0 if self.piecewise_cuda_graph else float(self.cuda_graph)
+        prm[K.P_GRAPH_EXACT] = 0.0 if self.graph_padding else 1.0
         prm[K.P_GRAPH_LAUNCH] = prof.graph_launch_s
         prm[K.P_STEP_OVERHEAD] = prof.step_overhead_s
         prm[K.P_TILE] = prof.flash_tile
@@ -327,7 +355,7 @@ class CostOracle:
             raise ValueError("batch_size, token counts and context lengths must be >= 0")
         flat = [np.ascontiguousarray(x).ravel() for x in (b, q, c)]
         out = np.empty(flat[0].shape[0])
-        K.uniform_step_times(flat[0], flat[1], flat[2], self.table.ops, self.mods, self.prm,
+        uniform_step_times(flat[0], flat[1], flat[2], self.table.ops, self.mods, self.prm,
                              self.graph_sizes, out)
         out = out.reshape(b.shape)
         return float(out) if out.ndim == 0 else out
@@ -440,6 +468,7 @@ class CostOracle:
             "kv_dtype": self.kv_dtype,
             "cuda_graph": self.cuda_graph,
             **({"piecewise_cuda_graph": True} if self.piecewise_cuda_graph else {}),
+            **({} if self.graph_padding or not self.cuda_graph else {"graph_padding": False}),
             "profile": self.profile.name,
             **({"moe_routing": self.routing.model_dump(), "moe_load_factor": self.moe_load}
                if self.model.is_moe else {}),

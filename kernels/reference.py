@@ -217,6 +217,8 @@ def step_time_ref(new_tokens, context_len, ops, mods, prm, graph_sizes, q_decode
     graph = K.GRAPH_NONE
     if prm[K.P_GRAPH] > 0 and (pure_decode or prm[K.P_GRAPH] > 1):
         fits = graph_sizes[graph_sizes >= T]
+        if prm[K.P_GRAPH_EXACT] > 0:  # no padding: only a batch of exactly a capture size
+            fits = fits[fits == T]
         if fits.size:
             T = float(fits[0])
             graph, R = (K.GRAPH_FULL, T) if pure_decode else (K.GRAPH_PIECEWISE, R)

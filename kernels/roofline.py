@@ -91,6 +91,7 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_MOE_TOKENS,  # dp: one rank's experts see the tokens of all dp (equally loaded) ranks
     P_MOE_LOAD,  # routed load of the busiest EP rank over the mean (>= 1; 1 = balanced)
     P_GRAPH,  # 1: pure decodes as one CUDA graph; 2: and mixed steps as piecewise graphs
+    P_GRAPH_EXACT,  # 1: only steps of exactly a capture size replay a graph (no padding)
     P_GRAPH_LAUNCH,  # CPU time to launch one graph replay
     P_STEP_OVERHEAD,  # CPU time per engine step outside the forward pass
     P_TILE,  # FlashAttention query tile (rows)
@@ -101,7 +102,7 @@ SECTION_PRE, SECTION_LAYER, SECTION_POST = 0, 1, 2
     P_P2P_BYTES,  # bytes per token sent between pipeline stages
     P_SM,  # peak memory bandwidth, B/s
     P_SC,  # peak FLOP/s per family (N_FAMILIES entries)
-) = range(17)
+) = range(18)
 P_EFF = P_SC + N_FAMILIES  # e_c, e_m for [phase][family]: 2 * N_FAMILIES * 2 entries
 P_FIXED = P_EFF + 2 * N_FAMILIES * 2  # GPU seconds every kernel of a family costs (N_FAMILIES)
 N_PARAMS = P_FIXED + N_FAMILIES  # corrector tables are appended after this
@@ -420,17 +421,20 @@ def combine(comp, comm, mods, prm, graph):
 
 
 @njit(cache=True)
-def _graphs_run(prm, pure_decode):
+def graphs_run(prm, pure_decode):
     """Whether a step of this kind may replay CUDA graphs (full for pure decodes, piecewise
     for mixed steps when ``prm[P_GRAPH] == 2``)."""
     return prm[P_GRAPH] > 0.0 and (pure_decode or prm[P_GRAPH] > 1.0)
 
 
 @njit(cache=True)
-def _graph_index(n_tokens, sizes):
-    """Index of the smallest capture size >= n_tokens, or -1 if none is that large."""
+def graph_index(n_tokens, sizes, prm):
+    """Index of the capture size a step of ``n_tokens`` replays: the smallest >= n_tokens
+    (padded), or with ``prm[P_GRAPH_EXACT]`` only one equal to it; -1: the step runs eager."""
     k = np.searchsorted(sizes, n_tokens)
-    return k if k < sizes.shape[0] else -1
+    if k >= sizes.shape[0] or (prm[P_GRAPH_EXACT] > 0.0 and sizes[k] != n_tokens):
+        return -1
+    return k
 
 
 @njit(cache=True)
@@ -481,7 +485,7 @@ def step_costs_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, c
             pure_decode = False
         R += q if 1.0 < q <= q_decode else 1.0  # verify rows score every query token
     graph = GRAPH_NONE
-    k = _graph_index(T, graph_sizes) if _graphs_run(prm, pure_decode) else -1
+    k = graph_index(T, graph_sizes, prm) if graphs_run(prm, pure_decode) else -1
     if k >= 0:
         T = graph_sizes[k]
         graph = GRAPH_FULL if pure_decode else GRAPH_PIECEWISE
@@ -523,78 +527,3 @@ def step_time_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg, co
     T, R, graph = step_costs_q(new_tokens, context_len, n, ops, mods, prm, graph_sizes, agg,
                                comp, comm, q_decode)
     return _finish(comp, comm, mods, prm, graph, T)
-
-
-@njit(cache=True)
-def _uniform_aggregates(B, q, c, pure_decode, ops, tile, agg):
-    """Attention aggregates of ``B`` identical requests (``q`` new tokens after ``c``
-    cached) into ``agg``: one request's pairs and KV reads scaled by ``B``, on the rows of
-    the batch's attention class; the other class's rows are zeroed."""
-    for r in range(ops.shape[0]):
-        basis = int(ops[r, C_BASIS])
-        if not _is_attention_basis(basis):
-            continue
-        if (basis != B_ATTN_DECODE) == pure_decode:
-            for i in range(N_AGG):
-                agg[r, i] = 0.0
-            continue
-        pairs, kv = attention_request(q, c, ops[r, C_WINDOW], tile)
-        agg[r, 0] = B * pairs
-        agg[r, 1] = B * kv
-        agg[r, 2] = B * q
-        agg[r, 3] = B * q * (c + q)
-        agg[r, 4] = B
-
-
-@njit(cache=True)
-def uniform_step_times(batch, new_tokens, context_len, ops, mods, prm, graph_sizes, out):
-    """Step seconds for uniform batches, elementwise over 1-D arrays (the vectorized path).
-
-    Entry k: ``batch[k]`` requests, each with ``new_tokens[k]`` new tokens on top of
-    ``context_len[k]`` cached ones. Attention aggregates are those of one request scaled
-    by the batch size, so the cost per entry does not grow with the batch.
-    """
-    n_mod = mods.shape[0]
-    agg = np.zeros((ops.shape[0], N_AGG))
-    comp = np.zeros(n_mod)
-    comm = np.zeros(n_mod)
-    # token-count rows of a padded decode step depend on the capture size only: computed
-    # once per size and reused (the attention rows are added per entry)
-    n_sizes = graph_sizes.shape[0]
-    cache_comp = np.zeros((n_sizes, n_mod))
-    cache_comm = np.zeros((n_sizes, n_mod))
-    cached = np.zeros(n_sizes, dtype=np.bool_)
-    for k in range(batch.shape[0]):
-        B = float(batch[k])
-        q = float(new_tokens[k])
-        c = float(context_len[k])
-        if B <= 0.0 or q <= 0.0:
-            out[k] = 0.0
-            continue
-        T = B * q
-        pure_decode = q <= 1.0
-        gi = _graph_index(T, graph_sizes) if _graphs_run(prm, pure_decode) else -1
-        _uniform_aggregates(B, q, c, pure_decode, ops, prm[P_TILE], agg)
-        if gi >= 0 and pure_decode:
-            T = graph_sizes[gi]
-            if not cached[gi]:
-                for j in range(n_mod):
-                    comp[j] = 0.0
-                    comm[j] = 0.0
-                add_row_times(T, T, PHASE_DECODE, agg, ops, prm, comp, comm, False)
-                for j in range(n_mod):
-                    cache_comp[gi, j] = comp[j]
-                    cache_comm[gi, j] = comm[j]
-                cached[gi] = True
-            else:
-                for j in range(n_mod):
-                    comp[j] = cache_comp[gi, j]
-                    comm[j] = cache_comm[gi, j]
-            add_row_times(T, T, PHASE_DECODE, agg, ops, prm, comp, comm, True)
-            mode = GRAPH_FULL
-        else:
-            mode = GRAPH_PIECEWISE if gi >= 0 else GRAPH_NONE
-            T = graph_sizes[gi] if gi >= 0 else T
-            phase = PHASE_DECODE if pure_decode else PHASE_PREFILL
-            module_times(T, B, phase, agg, ops, prm, comp, comm)
-        out[k] = _finish(comp, comm, mods, prm, mode, T)

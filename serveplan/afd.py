@@ -52,7 +52,8 @@ def resolve_ffn(pool: PoolConfig, max_tokens: int) -> ResolvedFFN:
                         "pipeline parallelism is not modelled for it (give pp: 1)")
     oracle = CostOracle(pool.model, pool.gpu, tp=pool.tp, ep=pool.ep, dp=pool.dp,
                         dtype=instance_dtype(pool), cuda_graph=pool.cuda_graph, profile=pool.profile,
-                        moe_routing=pool.moe_routing, graph_sizes=pool.cuda_graph_sizes)
+                        moe_routing=pool.moe_routing, graph_sizes=pool.cuda_graph_sizes,
+                        graph_padding=pool.cuda_graph_padding is not False)
     setup = resolve_setup(pool.model, pool.gpu, oracle.parallel, dtype=oracle.quantization,
                           profile=oracle.profile, weights_role="ffn",
                           redundant_experts=oracle.routing.redundant_experts)

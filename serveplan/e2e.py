@@ -16,7 +16,8 @@ batch_size`` per worker (per attention-DP rank) and ``concurrency / (batch_size 
 workers behind a round-robin router (the ranks of one worker behind the engine's DP
 dispatch, :data:`~serveplan.e2e_disagg.DP_DISPATCH`), a token budget of ``batch_size + isl +
 1500`` (TRT-LLM: rounded up to 32-token blocks), ``max_model_len = isl + osl + 1500``,
-prefix caching off, CUDA graphs for every batch size. The served checkpoint and its
+prefix caching off, CUDA graphs captured for every batch size (``cuda_graph_batch_sizes =
+range(1, max_batch_size + 1)``). The served checkpoint and its
 precision come from :mod:`serveplan.e2e_served`, disaggregated rows from
 :mod:`serveplan.e2e_disagg`; the KV block of MLA models follows each engine
 (:data:`MLA_BLOCK`).
@@ -42,6 +43,7 @@ from serveplan.e2e_disagg import (
     TRTLLM_BLOCK,
     disagg_pools,
     disagg_reason,
+    every_batch_size,
     layout_reason,
     moe_fields,
     server_wide,
@@ -261,7 +263,8 @@ def _engine_flags(row: E2ERow, base: dict, engine: bool) -> dict:
         ranks = row.dp if row.batch_size else 1
         knobs = {"max_num_seqs": server_wide(row.engine, seqs, ranks),
                  "max_num_batched_tokens": server_wide(row.engine, _agg_budget(row, seqs, base),
-                                                       ranks)}
+                                                       ranks),
+                 "cuda_graph_sizes": every_batch_size(seqs)}
         if row.engine == "sglang":
             knobs["enable_mixed_chunk"] = True  # the rule's ``agg enable_mixed_chunk = true``
     if engine:

@@ -12,6 +12,7 @@ instances, with the generator's per-role flags (``methodology/*.rule``):
   request in a step over its prompt, so its budget is the prefill's ``isl + 1500`` rather
   than the rule's ``decode_batch_size`` (an approximation: the real decode engine only
   loads the transferred KV);
+* CUDA graphs captured for every batch size up to the role's batch (both roles);
 * TensorRT-LLM rounds every budget up to its 32-token blocks, and its prefill workers run
   without the overlap scheduler (``prefill disable_overlap_scheduler = true``): the prefill
   pool schedules synchronously, so a request arriving during a step joins the next one.
@@ -97,6 +98,12 @@ def server_wide(engine: str, per_rank: int, dp: int) -> int:
     return per_rank * max(dp, 1) if engine in DP_SHARED_LIMITS else per_rank
 
 
+def every_batch_size(max_batch_size: int) -> list[int]:
+    """The rules' CUDA-graph batch sizes: ``range(1, max_batch_size + 1)``, every batch a
+    worker (an attention-DP rank) can run."""
+    return list(range(1, max_batch_size + 1))
+
+
 def disagg_pools(row, base: dict) -> dict:
     """The pools config of the disaggregated ``row``; ``base`` holds the fields both roles
     share (model, GPU, precision, engine, KV block)."""
@@ -109,11 +116,11 @@ def disagg_pools(row, base: dict) -> dict:
     prefill = {**base, "role": "prefill", "tp": p.tp, "pp": p.pp, "count": p.workers,
                "max_num_seqs": server_wide(e, p.batch, p.dp),
                "max_num_batched_tokens": server_wide(e, prefill_budget, p.dp),
-               **moe_fields(p.tp, p.dp, p.ep)}
+               "cuda_graph_sizes": every_batch_size(p.batch), **moe_fields(p.tp, p.dp, p.ep)}
     if e == "trtllm" and "engine" in base:  # the rule's prefill disable_overlap_scheduler
         prefill["async_scheduling"] = False
     decode = {**base, "role": "decode", "tp": d.tp, "pp": d.pp, "count": d.workers,
               "max_num_seqs": server_wide(e, d.batch, d.dp),
               "max_num_batched_tokens": server_wide(e, decode_budget, d.dp),
-              **moe_fields(d.tp, d.dp, d.ep)}
+              "cuda_graph_sizes": every_batch_size(d.batch), **moe_fields(d.tp, d.dp, d.ep)}
     return {"pools": [prefill, decode]}

@@ -15,8 +15,9 @@ chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``.
 
 Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
 2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
-rows the old ``70b_*_slurm.sh`` flags; not modelled: the SGLang / TensorRT-LLM CUDA-graph
-batch limits and speculative decoding (the MTP
+rows the old ``70b_*_slurm.sh`` flags; TensorRT-LLM's CUDA graphs as each script's
+``cuda_graph_config`` sets them (padded, up to its ``max_batch_size``); not modelled: the
+SGLang CUDA-graph batch limits and speculative decoding (the MTP
 variants are separate scripts; the rows do not say which ran, but the TensorRT-LLM image
 InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 / GB300 (multi-node
 launches) have no recipe here.
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from serveplan.estimator.oracle import trtllm_cuda_graph_sizes
 
 __all__ = ["MTP_IMAGES", "NODE_GPUS", "RECIPES", "Recipe", "layout", "model_family", "mtp_depth",
            "recipe_for", "recipe_knobs"]
@@ -75,6 +78,13 @@ def _trt_tokens(r) -> int:
     return max(8192, _c64(r.concurrency + r.isl + 64))
 
 
+def _trt_graphs(max_batch_size: int) -> dict:
+    """The scripts' ``cuda_graph_config``: ``enable_padding: true`` and ``max_batch_size``
+    (the sizes TensorRT-LLM generates from them)."""
+    return dict(cuda_graph_padding=True,
+                cuda_graph_sizes=trtllm_cuda_graph_sizes(max_batch_size, padding=True))
+
+
 def _dsr1_fp8_sglang(r) -> dict:
     if r.tp >= 8:  # TP8: 128 running, 32k chunks, 0.82; recv 30 from 16 clients, else 10
         return dict(max_num_seqs=128, max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
@@ -100,7 +110,7 @@ def _dsr1_trtllm(r) -> dict:
     budget (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``)."""
     fp8 = r.precision == "fp8"
     knobs = dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=(
-        0.75 if fp8 and r.isl == 8192 and r.tp == 4 else 0.8))
+        0.75 if fp8 and r.isl == 8192 and r.tp == 4 else 0.8), **_trt_graphs(r.concurrency))
     if fp8 and _one_k(r) and r.concurrency >= 64:
         knobs.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
     return knobs
@@ -109,7 +119,7 @@ def _dsr1_trtllm(r) -> dict:
 def _llama_trtllm(r) -> dict:
     """70b_*_trt_slurm.sh: max_num_tokens = max_model_len; 1k/1k below TP 8 holds contexts
     up to 20 iterations for 0.9 of the budget."""
-    knobs = dict(max_num_batched_tokens=r.isl + r.osl + MAX_MODEL_LEN_PAD)
+    knobs = dict(max_num_batched_tokens=r.isl + r.osl + MAX_MODEL_LEN_PAD, **_trt_graphs(1024))
     if _one_k(r) and r.tp < 8:
         knobs.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
     return knobs
@@ -178,13 +188,14 @@ RECIPES: tuple[Recipe, ...] = (
     # ---- TensorRT-LLM (PyTorch backend)
     Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh", _dsr1_trtllm),
     Recipe("trtllm", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200_trt.sh",
-           lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=0.75)),
+           lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=0.75,
+                          **_trt_graphs(128))),
     Recipe("trtllm", "gptoss", ("fp4",), _BB, "benchmarks/gptoss_fp4_b200_trt.sh",
            lambda r: dict(max_num_seqs=512, max_num_batched_tokens=20000,
-                          gpu_memory_utilization=0.85)),
+                          gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency))),
     Recipe("trtllm", "gptoss", ("fp4",), ("h100", "h200"), _F + "gptoss_fp4_h200_trt.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=20000,
-                          gpu_memory_utilization=0.85)),
+                          gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency))),
     Recipe("trtllm", "70b", ("fp8", "fp4", "bf16", ""), ("h100", "h200", "b200", "b300"),
            "benchmarks/70b_fp4_b200_trt_slurm.sh", _llama_trtllm),
 )

@@ -160,9 +160,15 @@ class InstanceConfig(EngineConfig):
     cuda_graph_sizes: list[Annotated[int, Field(ge=1, le=1 << 20)]] | None = Field(
         None, min_length=1, description="The engine's CUDA-graph capture sizes (vLLM "
         "cudagraph_capture_sizes, SGLang --cuda-graph-bs, TensorRT-LLM cuda_graph_config."
-        "batch_sizes with enable_padding); a step is padded to the next, beyond the largest it "
-        "runs eager. Default: SGLang's own list (by GPU memory and tp) for engine: sglang, "
-        "else vLLM's from max_num_seqs.")
+        "batch_sizes); a step is padded to the next (cuda_graph_padding), beyond the largest "
+        "it runs eager. Default: SGLang's own list (by GPU memory and tp) for engine: sglang, "
+        "TensorRT-LLM's for engine: trtllm (max_batch_size 128), else vLLM's from "
+        "max_num_seqs.")
+    cuda_graph_padding: bool | None = Field(
+        None, description="Pad a decode step to the next capture size (TensorRT-LLM "
+        "cuda_graph_config.enable_padding); false: only a batch of exactly a capture size "
+        "replays a graph, the others run eager. Default: false for engine: trtllm, as "
+        "TensorRT-LLM; vLLM and SGLang always pad.")
     profile: str | None = Field(None, description="Calibration profile JSON path.")
     scheduler: SchedulerName = "vllm-v1"
     engine: EngineName | None = Field(
@@ -198,6 +204,14 @@ class InstanceConfig(EngineConfig):
             raise _error(type(self).__name__, ("schedule_policy",), "lpm is SGLang's "
                          "--schedule-policy: give it with engine: sglang (or scheduler: sglang "
                          "and a new_token_ratio > 0)", self.schedule_policy)
+        return self
+
+    @model_validator(mode="after")
+    def _unpadded_graphs_are_trtllms(self):
+        if self.cuda_graph_padding is False and self.engine in ("vllm", "sglang"):
+            raise _error(type(self).__name__, ("cuda_graph_padding",), f"{self.engine} always "
+                         "pads a decode batch to the next capture size; unpadded graphs are "
+                         "TensorRT-LLM's (engine: trtllm, or no engine)", False)
         return self
 
     @model_validator(mode="after")

@@ -22,7 +22,11 @@ from serveplan.deployments import strategy_name
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
-from serveplan.estimator.oracle import CostOracle, sglang_cuda_graph_sizes
+from serveplan.estimator.oracle import (
+    CostOracle,
+    sglang_cuda_graph_sizes,
+    trtllm_cuda_graph_sizes,
+)
 from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
 from serveplan.estimator.specs import GPUSpec, Parallelism
 from serveplan.pools_config import (
@@ -213,12 +217,23 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
 
 
 def _graph_sizes(d: Deployment, rt: EngineRuntime | None, gpu: GPUSpec) -> list[int] | None:
-    """The instance's CUDA-graph capture sizes: as given, else SGLang's own default
-    (by GPU memory and tp), else None (the oracle's vLLM default)."""
-    if d.cuda_graph_sizes is not None or rt is None or rt.engine != "sglang":
+    """The instance's CUDA-graph capture sizes: as given, else the engine's own default
+    (SGLang's by GPU memory and tp, TensorRT-LLM's by padding), else None (the oracle's
+    vLLM default)."""
+    if d.cuda_graph_sizes is not None or rt is None or rt.engine == "vllm":
         return d.cuda_graph_sizes
+    if rt.engine == "trtllm":
+        return trtllm_cuda_graph_sizes(padding=_graph_padding(d, rt))
     gib = gpu.memory_bytes / 2**30
     return sglang_cuda_graph_sizes(gib, d.tp, speculative=d.speculative is not None)
+
+
+def _graph_padding(d: Deployment, rt: EngineRuntime | None) -> bool:
+    """Whether a decode step pads to the next capture size: as given, else all engines'
+    default but TensorRT-LLM's (``cuda_graph_config.enable_padding`` False)."""
+    if d.cuda_graph_padding is not None:
+        return d.cuda_graph_padding
+    return rt is None or rt.engine != "trtllm"
 
 
 def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: int = 1) -> int:
@@ -245,7 +260,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
-                        graph_sizes=_graph_sizes(d, rt, gpu))
+                        graph_sizes=_graph_sizes(d, rt, gpu),
+                        graph_padding=_graph_padding(d, rt))
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

@@ -88,12 +88,22 @@ _LOCAL_IMPORT = re.compile(r"^\s*from\s+(?:serveplan\.sim)?\.(\w*)\s+import\s+([
                            re.MULTILINE)
 
 
-def _kernel_sources() -> list[Path]:
-    """The cost kernels the simulator compiles in: ``roofline`` and the scalar formulas it
-    inlines from ``primitives``."""
-    from serveplan.kernels import primitives, roofline
+def _dependent_kernels() -> dict:
+    """The cost-kernel modules that call other kernels, each with one of its functions
+    (numba keys a function's cache entry on its own file alone)."""
+    from serveplan.kernels import afd, roofline, uniform
 
-    return [Path(roofline.__file__), Path(primitives.__file__)]
+    return {"roofline": roofline.fill_rates, "uniform": uniform.uniform_step_times,
+            "afd": afd.afd_step_time}
+
+
+def _kernel_sources() -> list[Path]:
+    """The cost kernels the simulator compiles in: ``roofline``, ``uniform`` and ``afd``,
+    and the scalar formulas they inline from ``primitives``."""
+    from serveplan.kernels import primitives
+
+    return [Path(fn.py_func.__code__.co_filename) for fn in _dependent_kernels().values()] \
+        + [Path(primitives.__file__)]
 
 
 def _direct_deps(source: Path) -> set[Path]:
@@ -136,16 +146,14 @@ def _cache_dir(probe=None) -> Path:
 
 
 def _refresh_kernels() -> int:
-    """Delete ``roofline``'s cache entries older than ``primitives``, whose functions they
-    inline (numba keys them on ``roofline.py`` alone)."""
-    from serveplan.kernels import roofline
-
+    """Delete the cache entries of the kernel modules that call other kernels older than
+    the newest kernel source (:func:`_dependent_kernels`)."""
     try:
         newest = max(src.stat().st_mtime for src in _kernel_sources())
     except OSError:
         return 0
-    return _delete_older(_cache_dir(roofline.fill_rates.py_func).glob("roofline.*.nb[ic]"),
-                         newest)
+    return sum(_delete_older(_cache_dir(fn.py_func).glob(f"{name}.*.nb[ic]"), newest)
+               for name, fn in _dependent_kernels().items())
 
 
 def _delete_older(entries, newest: float) -> int:

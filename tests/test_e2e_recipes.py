@@ -184,3 +184,35 @@ def test_trtllm_scripts_that_wait_for_batches():
     llama = dict(model="meta-llama/Llama-3.1-70B", concurrency=8)
     assert knobs(tp=4, **llama)["batch_wait_timeout_iters"] == 20
     assert "batch_wait_timeout_iters" not in knobs(tp=8, **llama)
+
+
+def test_trtllm_scripts_pad_their_cuda_graphs():
+    """Every TensorRT-LLM script sets ``cuda_graph_config: enable_padding: true`` with
+    ``max_batch_size`` $CONC (DeepSeek, gpt-oss), 1024 (70b_*_trt_slurm.sh) or 128
+    (dsr1_fp8_h200_trt.sh): the padded list, 1, 2, 4, 8..128 step 8, then 256, 512 below
+    the max and the max itself (TensorRT-LLM's ``_generate_cuda_graph_batch_sizes``)."""
+    def knobs(**kw):
+        return recipe_knobs(_row(engine="trtllm", isl=1024, osl=1024, **kw))
+    eight = [8 * i for i in range(1, 17)]
+    ds = knobs(model="deepseek-ai/DeepSeek-R1", tp=8, concurrency=64)
+    assert ds["cuda_graph_padding"] and ds["cuda_graph_sizes"] == [1, 2, 4, *eight[:8]]
+    oss = knobs(model="openai/gpt-oss-120b", precision="fp4", tp=2, concurrency=256)
+    assert oss["cuda_graph_sizes"] == [1, 2, 4, *eight, 256]
+    llama = knobs(model="meta-llama/Llama-3.1-70B", tp=4, concurrency=8)
+    assert llama["cuda_graph_sizes"] == [1, 2, 4, *eight, 256, 512, 1024]
+    h200 = knobs(model="deepseek-ai/DeepSeek-R1", tp=8, concurrency=4, system="h200_sxm")
+    assert h200["cuda_graph_sizes"] == [1, 2, 4, *eight]
+
+
+def test_the_generator_rule_captures_every_batch_size(aic):
+    """methodology/*.rule: ``cuda_graph_batch_sizes = range(1, max_batch_size + 1)`` for
+    every engine and role; a TensorRT-LLM worker then replays a graph at every batch size
+    up to its max_batch_size, padding or not."""
+    gap = _row(engine="trtllm", version="1.2.0rc6.post1", model="Qwen/Qwen3-32B",
+               system="gb200", precision="fp4", gemm_quant="nvfp4", moe_quant="nvfp4", tp=2,
+               batch_size=48, concurrency=48,
+               source="source_file=/x.csv; gtl_job_id=1; dynamo_version=0.8.0")
+    pool = deployment(gap, aic)["pools"][0]
+    assert pool["cuda_graph_sizes"] == list(range(1, 49))
+    oracle = resolve(deployment(gap, aic)).pools[0].instance.oracle
+    assert oracle.graph_sizes.tolist() == list(range(1, 49)) and not oracle.graph_padding

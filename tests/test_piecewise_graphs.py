@@ -18,6 +18,7 @@ from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.profile import load_profile
 from serveplan.kernels import roofline as K
 from serveplan.kernels.reference import step_time_ref
+from serveplan.kernels.uniform import uniform_step_times
 
 DISPATCH = {"embedding": 1e-3, "norm": 1e-3, "attention": 2e-3, "mlp": 1e-3, "moe": 1e-3,
             "final_norm": 1e-3, "lm_head": 1e-3, "sampler": 1e-3}
@@ -107,7 +108,7 @@ def test_uniform_path_prices_piecewise_steps_alike(slow_cpu):
     agg, comp, comm = o.scratch()
     for tokens in (64, 200):
         out = np.zeros(1)
-        K.uniform_step_times(np.array([4]), np.array([tokens]), np.array([500]),
+        uniform_step_times(np.array([4]), np.array([tokens]), np.array([500]),
                              o.table.ops, o.mods, o.prm, o.graph_sizes, out)
         q = np.full(4, tokens, dtype=np.int64)
         c = np.full(4, 500, dtype=np.int64)
