@@ -85,6 +85,12 @@ def _trt_graphs(max_batch_size: int) -> dict:
                 cuda_graph_sizes=trtllm_cuda_graph_sizes(max_batch_size, padding=True))
 
 
+def _trt_adp(r, **config) -> dict:
+    """With attention DP, the scripts' ``attention_dp_config: enable_balance: true`` (and
+    the fields they set)."""
+    return dict(attention_dp_config=dict(enable_balance=True, **config)) if r.dp > 1 else {}
+
+
 def _dsr1_fp8_sglang(r) -> dict:
     if r.tp >= 8:  # TP8: 128 running, 32k chunks, 0.82; recv 30 from 16 clients, else 10
         return dict(max_num_seqs=128, max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
@@ -107,10 +113,13 @@ def _one_k(r) -> bool:
 def _dsr1_trtllm(r) -> dict:
     """dsr1_fp{4,8}_b200_trt.sh: the budget above; KV fraction 0.75 for fp8 8k/1k at TP4,
     else 0.8; fp8 1k/1k from 64 clients holds contexts up to 40 iterations for 0.8 of the
-    budget (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``)."""
+    budget (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``; TensorRT-LLM
+    ignores them under attention DP); attention DP balanced (60 iterations, no batching
+    wait)."""
     fp8 = r.precision == "fp8"
     knobs = dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=(
-        0.75 if fp8 and r.isl == 8192 and r.tp == 4 else 0.8), **_trt_graphs(r.concurrency))
+        0.75 if fp8 and r.isl == 8192 and r.tp == 4 else 0.8), **_trt_graphs(r.concurrency),
+        **_trt_adp(r, batching_wait_iters=0, timeout_iters=60))
     if fp8 and _one_k(r) and r.concurrency >= 64:
         knobs.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
     return knobs
@@ -189,10 +198,12 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh", _dsr1_trtllm),
     Recipe("trtllm", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200_trt.sh",
            lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=0.75,
-                          **_trt_graphs(128))),
+                          **_trt_graphs(128), **_trt_adp(r, batching_wait_iters=0,
+                                                         timeout_iters=60))),
     Recipe("trtllm", "gptoss", ("fp4",), _BB, "benchmarks/gptoss_fp4_b200_trt.sh",
            lambda r: dict(max_num_seqs=512, max_num_batched_tokens=20000,
-                          gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency))),
+                          gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency),
+                          **_trt_adp(r))),
     Recipe("trtllm", "gptoss", ("fp4",), ("h100", "h200"), _F + "gptoss_fp4_h200_trt.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=20000,
                           gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency))),

@@ -61,6 +61,7 @@ from serveplan.config_bounds import (  # noqa: F401  (re-exported for the config
     at_least,
     at_most,
 )
+from serveplan.engine_knobs_config import AttentionDPConfig, engine_knob_problem
 from serveplan.estimator.routing import MoERouting
 from serveplan.kv_offload import KVOffloadConfig, host_memory_problem
 from serveplan.scheduler_knobs_config import SchedulerKnobsConfig
@@ -188,6 +189,9 @@ class InstanceConfig(EngineConfig):
     kv_offload: KVOffloadConfig | None = Field(
         None, description="A CPU KV tier per instance, e.g. {cpu_gb: 64} "
         "(serveplan.kv_offload); default none.")
+    attention_dp_config: AttentionDPConfig | None = Field(
+        None, description="TensorRT-LLM attention_dp_config (dp > 1), e.g. {enable_balance: "
+        "true, timeout_iters: 60, batching_wait_iters: 0}; default none (no balance).")
 
     @model_validator(mode="after")
     def _one_weight_format(self):
@@ -197,21 +201,10 @@ class InstanceConfig(EngineConfig):
         return self
 
     @model_validator(mode="after")
-    def _lpm_is_sglangs(self):
-        sglang = self.engine == "sglang" or (self.scheduler == "sglang"
-                                             and (self.new_token_ratio or 0) > 0)
-        if self.schedule_policy == "lpm" and not sglang:
-            raise _error(type(self).__name__, ("schedule_policy",), "lpm is SGLang's "
-                         "--schedule-policy: give it with engine: sglang (or scheduler: sglang "
-                         "and a new_token_ratio > 0)", self.schedule_policy)
-        return self
-
-    @model_validator(mode="after")
-    def _unpadded_graphs_are_trtllms(self):
-        if self.cuda_graph_padding is False and self.engine in ("vllm", "sglang"):
-            raise _error(type(self).__name__, ("cuda_graph_padding",), f"{self.engine} always "
-                         "pads a decode batch to the next capture size; unpadded graphs are "
-                         "TensorRT-LLM's (engine: trtllm, or no engine)", False)
+    def _engine_knobs_match_the_engine(self):
+        problem = engine_knob_problem(self)
+        if problem:
+            raise _error(type(self).__name__, (problem[0],), problem[1], problem[2])
         return self
 
     @model_validator(mode="after")

@@ -297,7 +297,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
         batch_wait_timeout_iters=_knob(d, "batch_wait_timeout_iters", rt, 0),
         batch_wait_max_tokens_ratio=_knob(d, "batch_wait_max_tokens_ratio", rt, 0.0),
         new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0),
-        schedule_policy=_knob(d, "schedule_policy", rt, "fcfs"))
+        schedule_policy=_knob(d, "schedule_policy", rt, "fcfs"),
+        **(d.attention_dp_config.engine_knobs() if d.attention_dp_config else {}))
     return ResolvedDeployment(d, oracle, params, memory, rt, _cpu_tier(d, oracle, block_size),
                               spec)
 

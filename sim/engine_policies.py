@@ -64,13 +64,19 @@ from ._jitcache import sim_jit
 from .kvcache import num_free
 from .sglang_policy import CLIP_MAX_NEW_TOKENS
 from .state import (
+    I_ADP_BATCHED,
+    I_ADP_WAITED,
     I_BATCH,
+    I_HOLD_CTX,
     I_NRUN,
     I_WAITED,
     I_WHEAD,
     I_WLEN,
+    K_ADP_BATCH_WAIT,
+    K_ADP_TIMEOUT,
     K_BLOCK,
     K_CHUNKED,
+    K_GROUP_SIZE,
     K_MAX_SEQS,
     K_MAX_TOKENS,
     K_MULTI_STEP,
@@ -193,16 +199,10 @@ def _trt_admit(pool, inst, reqs, knobs, glob, i, budget, now, reserve, avail):
 
 
 @sim_jit
-def _trt_hold_contexts(inst, reqs, knobs, i, budget):
-    """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``): with generation
-    requests in the step and new contexts to schedule, hold the contexts while fewer than
-    ``batch_wait_timeout_iters`` iterations were held and the step would hold fewer than
-    ``batch_wait_max_tokens_ratio x max_num_tokens`` tokens (its generation tokens plus
-    the visible waiting prompts that fit the budget); the count restarts when they go."""
-    limit = knobs[i, K_WAIT_ITERS]
-    gen = knobs[i, K_MAX_TOKENS] - budget  # the micro-batch's tokens so far
-    if limit == 0 or gen == 0 or inst.ist[i, I_WLEN] == 0:
-        return False
+def _trt_context_tokens(inst, reqs, knobs, i, gen):
+    """Prompt tokens the micro-batch would schedule after ``gen`` generation tokens: the
+    visible waiting prompts, whole and in order, while they fit ``max_num_tokens`` and the
+    free sequence slots (0: no context would be scheduled)."""
     tokens, cap = gen, inst.wq.shape[1]
     for k in range(min(inst.ist[i, I_WLEN], knobs[i, K_MAX_SEQS] - inst.ist[i, I_NRUN])):
         r = np.int64(inst.wq[i, (inst.ist[i, I_WHEAD] + k) % cap])
@@ -210,9 +210,25 @@ def _trt_hold_contexts(inst, reqs, knobs, i, budget):
                 knobs[i, K_MAX_TOKENS]:
             break
         tokens += num_tokens(reqs, r)
-    if tokens == gen:
+    return tokens - gen
+
+
+@sim_jit
+def _trt_hold_contexts(inst, reqs, knobs, i, budget):
+    """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``; not under attention
+    DP, a lockstep group): with generation requests in the step and new contexts to
+    schedule, hold the contexts while fewer than ``batch_wait_timeout_iters`` iterations
+    were held and the step would hold fewer than ``batch_wait_max_tokens_ratio x
+    max_num_tokens`` tokens (its generation tokens plus the visible waiting prompts that fit
+    the budget); the count restarts when they go."""
+    limit = knobs[i, K_WAIT_ITERS]
+    gen = knobs[i, K_MAX_TOKENS] - budget  # the micro-batch's tokens so far
+    if limit == 0 or gen == 0 or inst.ist[i, I_WLEN] == 0 or knobs[i, K_GROUP_SIZE] > 1:
+        return False
+    ctx = _trt_context_tokens(inst, reqs, knobs, i, gen)
+    if ctx == 0:
         return False  # no context would be scheduled: nothing to hold
-    if inst.ist[i, I_WAITED] < limit and tokens < knobs[i, K_WAIT_TOKENS]:
+    if inst.ist[i, I_WAITED] < limit and gen + ctx < knobs[i, K_WAIT_TOKENS]:
         inst.ist[i, I_WAITED] += 1
         return True
     inst.ist[i, I_WAITED] = 0
@@ -220,9 +236,45 @@ def _trt_hold_contexts(inst, reqs, knobs, i, budget):
 
 
 @sim_jit
+def trt_balance_adp(inst, reqs, knobs, g, n):
+    """TensorRT-LLM's attention-DP balance (``PyExecutor._balance_adp_requests``) for the
+    ``n`` ranks of lockstep group ``g`` about to schedule a step: sets ``I_HOLD_CTX`` on
+    every rank. Every rank with a free slot and a context to schedule: contexts wait
+    ``batching_wait_iters`` iterations if every rank also has generation requests, else go;
+    otherwise they wait, until ``timeout_iters`` iterations have or some rank has no
+    generation request. The counters live on rank ``g``. Approximated: a rank's context
+    counts if its prompt fits the token budget and a slot (the KV check of the capacity
+    scheduler is left out)."""
+    free, ctx, gen = True, True, True
+    for j in range(g, g + n):
+        running = inst.ist[j, I_NRUN]
+        free = free and running < knobs[j, K_MAX_SEQS]
+        ctx = ctx and _trt_context_tokens(inst, reqs, knobs, j, running) > 0
+        gen = gen and running > 0
+    hold = 0
+    if free and ctx:
+        inst.ist[g, I_ADP_WAITED] = 0
+        if gen:
+            if inst.ist[g, I_ADP_BATCHED] < knobs[g, K_ADP_BATCH_WAIT]:
+                inst.ist[g, I_ADP_BATCHED] += 1
+                hold = 1
+            else:
+                inst.ist[g, I_ADP_BATCHED] = 0
+    else:
+        inst.ist[g, I_ADP_WAITED] += 1
+        hold = 1
+        if inst.ist[g, I_ADP_WAITED] >= knobs[g, K_ADP_TIMEOUT] or not gen:
+            inst.ist[g, I_ADP_WAITED] = 0
+            hold = 0
+    for j in range(g, g + n):
+        inst.ist[j, I_HOLD_CTX] = hold
+
+
+@sim_jit
 def schedule_trtllm(pool, inst, reqs, knobs, glob, i, now, no_evict):
     """TensorRT-LLM in-flight batching with the ``GUARANTEED_NO_EVICT`` (``no_evict``) or
-    ``MAX_UTILIZATION`` capacity scheduler (module docstring), and its batch waiting
+    ``MAX_UTILIZATION`` capacity scheduler (module docstring), its attention-DP balance
+    (``I_HOLD_CTX``, :func:`trt_balance_adp`) and its batch waiting
     (:func:`_trt_hold_contexts`)."""
     avail = num_free(pool, i)
     if no_evict:
@@ -230,7 +282,8 @@ def schedule_trtllm(pool, inst, reqs, knobs, glob, i, now, no_evict):
             avail -= blocks_to_completion(inst, reqs, knobs, i, inst.run[i, j])
     paused = _trt_capacity(pool, inst, reqs, knobs, glob, i)
     budget = _trt_micro_batch(pool, inst, reqs, knobs, glob, i)
-    if not paused and not _trt_hold_contexts(inst, reqs, knobs, i, budget):
+    if not paused and inst.ist[i, I_HOLD_CTX] == 0 and \
+            not _trt_hold_contexts(inst, reqs, knobs, i, budget):
         _trt_admit(pool, inst, reqs, knobs, glob, i, budget, now, no_evict, avail)
 
 

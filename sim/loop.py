@@ -40,6 +40,7 @@ from .disagg import (
     start_decode,
     start_prefill,
 )
+from .engine_policies import trt_balance_adp
 from .handoff import Q_DBASE, Q_DELAY, Q_DPTR, Q_NDELAY
 from .kvcache import num_used
 from .lifecycle import ROLE_DECODE, ROLE_PREFILL, admit, on_arrival, release_round, send_request
@@ -66,6 +67,7 @@ from .state import (
     I_BUSY,
     I_NRUN,
     I_WLEN,
+    K_ADP_BALANCE,
     K_GROUP,
     K_GROUP_SIZE,
     K_POLICY,
@@ -171,6 +173,8 @@ def _start_group(w, g, now):
     time: the rank's GPU is held)."""
     inst = w.inst
     n = w.knobs[g, K_GROUP_SIZE]
+    if w.knobs[g, K_ADP_BALANCE] != 0 and w.knobs[g, K_ROLE] != ROLE_DECODE:
+        trt_balance_adp(inst, w.views[0], w.knobs, g, n)
     w.glob[G_DEFER] = 1
     for j in range(g, g + n):
         if _has_work(w, j):

@@ -9,6 +9,9 @@ import numpy as np
 
 from .engine_policies import kv_tokens_to_admit
 from .state import (
+    K_ADP_BALANCE,
+    K_ADP_BATCH_WAIT,
+    K_ADP_TIMEOUT,
     K_ASYNC,
     K_BLOCK,
     K_CHUNKED,
@@ -50,6 +53,10 @@ class EngineParams:
     ``new_token_ratio`` (its reservation of future decode tokens; 0 = none) and
     ``schedule_policy`` (``fcfs``, or ``lpm``: the waiting queue by longest cached prefix,
     :mod:`serveplan.sim.sglang_lpm`; needs the ``sglang`` policy with ``new_token_ratio > 0``).
+    TensorRT-LLM's attention-DP balance (``attention_dp_balance``, its
+    ``attention_dp_timeout_iters`` and ``attention_dp_batching_wait_iters``) holds new
+    contexts across the ranks of a lockstep group
+    (:func:`~serveplan.sim.engine_policies.trt_balance_adp`).
     """
 
     num_gpu_blocks: int
@@ -70,6 +77,9 @@ class EngineParams:
     batch_wait_max_tokens_ratio: float = 0.0
     new_token_ratio: float = 0.0
     schedule_policy: str = "fcfs"
+    attention_dp_balance: bool = False
+    attention_dp_timeout_iters: int = 50
+    attention_dp_batching_wait_iters: int = 10
 
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "block_size",
@@ -89,6 +99,14 @@ class EngineParams:
         if not 0.0 <= self.batch_wait_max_tokens_ratio <= 1.0:
             raise ValueError("batch_wait_max_tokens_ratio must be in [0, 1], got "
                              f"{self.batch_wait_max_tokens_ratio!r}")
+        for name in ("attention_dp_timeout_iters", "attention_dp_batching_wait_iters"):
+            value = getattr(self, name)
+            if int(value) != value or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.attention_dp_balance and self.policy not in (Policy.TRTLLM_NO_EVICT,
+                                                             Policy.TRTLLM_MAX_UTILIZATION):
+            raise ValueError("attention_dp_balance is TensorRT-LLM's (attention_dp_config."
+                             f"enable_balance): it needs a trtllm policy, got {self.policy!r}")
         if not 0.0 <= self.new_token_ratio <= 1.0:
             raise ValueError(f"new_token_ratio must be in [0, 1], got {self.new_token_ratio!r}")
         if self.schedule_policy not in ("fcfs", "lpm"):
@@ -132,6 +150,9 @@ class EngineParams:
                                            * self.max_num_batched_tokens)
         row[K_NEW_TOKEN_RATIO] = round(self.new_token_ratio * 1000)
         row[K_LPM] = int(self.schedule_policy == "lpm")
+        row[K_ADP_BALANCE] = int(self.attention_dp_balance)
+        row[K_ADP_TIMEOUT] = self.attention_dp_timeout_iters
+        row[K_ADP_BATCH_WAIT] = self.attention_dp_batching_wait_iters
         row[K_GROUP_SIZE] = 1
         return row
 

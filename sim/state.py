@@ -126,12 +126,14 @@ POLICY_PYTHON = 3  # a Python research policy fills the batch (serveplan.sim.pyh
 # --scheduler-recv-interval (new requests are read every that many decode iterations).
 # K_WAIT_ITERS, K_WAIT_TOKENS: TensorRT-LLM's batch waiting (batch_wait_timeout_iters, and
 # batch_wait_max_tokens_ratio x max_num_tokens in tokens). K_LPM: SGLang's --schedule-policy
-# lpm (serveplan.sim.sglang_lpm).
+# lpm (serveplan.sim.sglang_lpm). K_ADP_BALANCE, K_ADP_TIMEOUT, K_ADP_BATCH_WAIT:
+# TensorRT-LLM's attention_dp_config (enable_balance, timeout_iters, batching_wait_iters).
 (K_POLICY, K_MAX_SEQS, K_MAX_TOKENS, K_BLOCK, K_PREFIX, K_CHUNKED, K_LONG_PREFILL,
  K_WATERMARK, K_MAX_MODEL_LEN, K_ROLE, K_COST, K_SEQ_CAP, K_SLOTS, K_ASYNC, K_MULTI_STEP,
  K_MIXED_CHUNK, K_NEW_TOKEN_RATIO, K_SPEC_TOKENS, K_SPEC_LOOKAHEAD, K_GROUP,
- K_GROUP_SIZE, K_DP_TOKENS, K_RECV_INTERVAL, K_WAIT_ITERS, K_WAIT_TOKENS, K_LPM) = range(26)
-N_KNOBS = 26
+ K_GROUP_SIZE, K_DP_TOKENS, K_RECV_INTERVAL, K_WAIT_ITERS, K_WAIT_TOKENS, K_LPM,
+ K_ADP_BALANCE, K_ADP_TIMEOUT, K_ADP_BATCH_WAIT) = range(29)
+N_KNOBS = 29
 DP_TOKENS_MAX, DP_TOKENS_SUM, DP_TOKENS_SGLANG = 0, 1, 2
 # global knobs and counters: glob[G_*]. Arrivals are routed to instances
 # [G_ENTRY_LO, G_ENTRY_HI) (the colocated or prefill instances); G_PAUSE is 1 + the instance
@@ -153,9 +155,11 @@ CPU_HIT = -2  # an inst.hits entry: the block is in the CPU tier, not on the GPU
 # per-instance integer state: inst.ist[i, I_*]. I_RECV: decode iterations since the
 # scheduler last read new requests (K_RECV_INTERVAL); I_LAST_EXTEND: the last step held
 # prompt tokens; I_WAITED: iterations TensorRT-LLM has held new contexts (K_WAIT_ITERS).
+# I_HOLD_CTX != 0: the step schedules no new context (TensorRT-LLM's attention-DP balance);
+# I_ADP_WAITED, I_ADP_BATCHED: that balance's two counters, kept on the group's first rank.
 (I_NRUN, I_WHEAD, I_WLEN, I_BUSY, I_BATCH, I_NSLOT, I_STEPS, I_RECV, I_LAST_EXTEND,
- I_WAITED) = range(10)
-N_IST = 10
+ I_WAITED, I_HOLD_CTX, I_ADP_WAITED, I_ADP_BATCHED) = range(13)
+N_IST = 13
 # per-instance float accumulators: inst.acc[i, A_*]. A_LAST_START: start of the last step;
 # A_CUTOFF: requests that reached the engine after it are not seen by the step being
 # scheduled (async scheduling formed it while the previous step ran); A_NEW_TOKEN_RATIO:

@@ -216,3 +216,17 @@ def test_the_generator_rule_captures_every_batch_size(aic):
     assert pool["cuda_graph_sizes"] == list(range(1, 49))
     oracle = resolve(deployment(gap, aic)).pools[0].instance.oracle
     assert oracle.graph_sizes.tolist() == list(range(1, 49)) and not oracle.graph_padding
+
+
+def test_trtllm_scripts_balance_attention_dp():
+    """With DP_ATTENTION the DeepSeek scripts append ``attention_dp_config: {batching_wait_iters:
+    0, enable_balance: true, timeout_iters: 60}``, gptoss_fp4_b200_trt.sh ``{enable_balance:
+    true}`` (TensorRT-LLM's defaults for the rest); without attention DP nothing."""
+    def knobs(**kw):
+        return recipe_knobs(_row(engine="trtllm", isl=1024, osl=1024, concurrency=256, **kw))
+    ds = knobs(model="deepseek-ai/DeepSeek-R1", tp=1, dp=8, ep=8)
+    assert ds["attention_dp_config"] == {"enable_balance": True, "batching_wait_iters": 0,
+                                         "timeout_iters": 60}
+    oss = knobs(model="openai/gpt-oss-120b", precision="fp4", tp=1, dp=4, ep=4)
+    assert oss["attention_dp_config"] == {"enable_balance": True}
+    assert "attention_dp_config" not in knobs(model="deepseek-ai/DeepSeek-R1", tp=8)
