@@ -230,3 +230,15 @@ def test_trtllm_scripts_balance_attention_dp():
     oss = knobs(model="openai/gpt-oss-120b", precision="fp4", tp=1, dp=4, ep=4)
     assert oss["attention_dp_config"] == {"enable_balance": True}
     assert "attention_dp_config" not in knobs(model="deepseek-ai/DeepSeek-R1", tp=8)
+
+
+def test_gpu_steps_alone_leave_attention_dp_balance_out(aic):
+    """The balance is the engine's runtime: the GPU-steps-only setting runs without it
+    (and without an engine it would be refused)."""
+    row = _row(engine="trtllm", model="deepseek-ai/DeepSeek-R1", isl=1024, osl=1024,
+               concurrency=256, tp=1, dp=8, ep=8, batch_size=32)
+    full = deployment(row, aic)
+    assert resolve(full).pools[0].instance.params.attention_dp_timeout_iters == 60
+    bare = deployment(row, aic, engine=False)
+    assert "attention_dp_config" not in bare["pools"][0]
+    resolve(bare)
