@@ -42,6 +42,9 @@ from __future__ import annotations
 
 from numba import njit
 
+from . import primitives as _primitives
+from . import roofline as _roofline
+from .cache_guard import drop_stale
 from .roofline import (
     M_SECTION,
     P_LAYERS,
@@ -54,6 +57,13 @@ from .roofline import (
     module_times,
     step_costs,
 )
+
+
+def _cache_probe():
+    """A function of this module, for :func:`~.cache_guard.drop_stale`."""
+
+
+drop_stale(_cache_probe, [_roofline.__file__, _primitives.__file__])
 
 # AFD parameters of one attention pool (``afd`` row of the cost tables)
 (AFD_MICRO,       # micro-batches m (ping-pong lanes)

@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import primitives as _primitives
+from .cache_guard import drop_stale
 from .primitives import (  # noqa: F401  (re-exported: roofline.attention_request, ...)
     allreduce_time,
     alltoall_time,
@@ -54,6 +56,13 @@ from .primitives import (  # noqa: F401  (re-exported: roofline.attention_reques
     njit,
     roofline_time,
 )
+
+
+def _cache_probe():
+    """A function of this module, for :func:`~.cache_guard.drop_stale`."""
+
+
+drop_stale(_cache_probe, [_primitives.__file__])
 
 # --- ops columns -------------------------------------------------------------------
 C_MODULE, C_BASIS, C_A, C_B, C_C, C_FAMILY, C_COUNT, C_FRAC, C_WINDOW, C_X1, C_X2, C_PARAM = range(12)

@@ -38,6 +38,7 @@ from pathlib import Path
 from numba.core.cpu import CPUTargetOptions
 
 from serveplan.kernels import Dispatcher, jit, jit_mode
+from serveplan.kernels.cache_guard import cache_folder, delete_older
 from serveplan.kernels.interpret import call_as_python
 
 _NO_NRT = {"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {}
@@ -88,22 +89,13 @@ _LOCAL_IMPORT = re.compile(r"^\s*from\s+(?:serveplan\.sim)?\.(\w*)\s+import\s+([
                            re.MULTILINE)
 
 
-def _dependent_kernels() -> dict:
-    """The cost-kernel modules that call other kernels, each with one of its functions
-    (numba keys a function's cache entry on its own file alone)."""
-    from serveplan.kernels import afd, roofline, uniform
-
-    return {"roofline": roofline.fill_rates, "uniform": uniform.uniform_step_times,
-            "afd": afd.afd_step_time}
-
-
 def _kernel_sources() -> list[Path]:
     """The cost kernels the simulator compiles in: ``roofline``, ``uniform`` and ``afd``,
-    and the scalar formulas they inline from ``primitives``."""
-    from serveplan.kernels import primitives
+    and the scalar formulas they inline from ``primitives`` (each of them drops its own
+    stale entries when imported, :mod:`serveplan.kernels.cache_guard`)."""
+    from serveplan.kernels import afd, primitives, roofline, uniform
 
-    return [Path(fn.py_func.__code__.co_filename) for fn in _dependent_kernels().values()] \
-        + [Path(primitives.__file__)]
+    return [Path(m.__file__) for m in (roofline, uniform, afd, primitives)]
 
 
 def _direct_deps(source: Path) -> set[Path]:
@@ -132,41 +124,9 @@ def _newest_dependency(source: Path, direct: dict[Path, set[Path]]) -> float:
 
 
 @functools.cache
-def _cache_dir(probe=None) -> Path:
-    """Where numba caches the functions of ``probe``'s package (default: this one), by
-    numba's own rule (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the sources, else a
-    per-user one)."""
-    probe = probe or refresh
-    try:
-        from numba.core.caching import FunctionCache
-
-        return Path(FunctionCache(probe)._cache_path)
-    except (ImportError, AttributeError, RuntimeError, OSError):
-        return Path(probe.__code__.co_filename).parent / "__pycache__"
-
-
-def _refresh_kernels() -> int:
-    """Delete the cache entries of the kernel modules that call other kernels older than
-    the newest kernel source (:func:`_dependent_kernels`)."""
-    try:
-        newest = max(src.stat().st_mtime for src in _kernel_sources())
-    except OSError:
-        return 0
-    return sum(_delete_older(_cache_dir(fn.py_func).glob(f"{name}.*.nb[ic]"), newest)
-               for name, fn in _dependent_kernels().items())
-
-
-def _delete_older(entries, newest: float) -> int:
-    """Delete the cache files among ``entries`` older than ``newest``; how many went."""
-    removed = 0
-    for path in entries:
-        try:
-            if path.stat().st_mtime < newest:
-                path.unlink()
-                removed += 1
-        except OSError:
-            continue
-    return removed
+def _cache_dir() -> Path:
+    """Where numba caches the simulator's functions (:func:`cache_folder`)."""
+    return cache_folder(refresh)
 
 
 #: The newest source time the last sweep of this process saw (empty before the first).
@@ -179,9 +139,8 @@ def _newest_source() -> float:
 
 
 def refresh() -> int:
-    """Delete stale cache files of the simulator modules (and of the cost kernels that
-    inline others, :func:`_refresh_kernels`), unless no source has changed since this
-    process last did; returns how many were removed.
+    """Delete stale cache files of the simulator modules, unless no source has changed
+    since this process last did; returns how many were removed.
 
     A module's cache entries are stale when they are older than the module or anything it
     imports from the simulator package or the cost kernels, transitively.
@@ -199,16 +158,15 @@ def refresh() -> int:
 
 def _sweep() -> int:
     """:func:`refresh`'s deletion, done whatever the sources' times."""
-    kernels_removed = _refresh_kernels()
     cache_dir = _cache_dir()
     if not cache_dir.is_dir():
-        return kernels_removed
+        return 0
     try:
         sources = sorted(_SIM_DIR.glob("*.py"))
         direct = {src: _direct_deps(src) for src in sources}
     except OSError:
-        return kernels_removed
-    removed = kernels_removed
+        return 0
+    removed = 0
     for source in sources:
         entries = list(cache_dir.glob(f"{source.stem}.*.nb[ic]"))
         if not entries:
@@ -217,5 +175,5 @@ def _sweep() -> int:
             newest = _newest_dependency(source, direct)
         except OSError:
             continue
-        removed += _delete_older(entries, newest)
+        removed += delete_older(entries, newest)
     return removed

@@ -133,3 +133,48 @@ def test_one_compiled_variant_per_argument_type():
     """Constants and a narrower integer passed by a compiled caller reuse one variant."""
     assert _calls_with_constants(10) == 11 + 9 + 11
     assert len(_pick.signatures) == 1
+
+
+CALLER = '''
+import sys
+from numba import njit
+
+from serveplan.kernels.cache_guard import drop_stale
+from consts import SCALE
+
+
+def _probe():
+    pass
+
+
+if "--guard" in sys.argv:
+    drop_stale(_probe, [sys.modules["consts"].__file__])
+
+
+@njit(cache=True)
+def scaled(x):
+    return x * SCALE
+
+
+print(scaled(2.0))
+'''
+
+
+def test_a_kernel_drops_entries_compiled_with_an_older_dependency(tmp_path):
+    """numba keys ``scaled``'s cache entry on caller.py alone: after consts.py changes
+    SCALE from 3 to 5, a new process still gets 6.0 from the cache -- unless the module
+    drops its entries older than consts.py on import, as the cost kernels do."""
+    (tmp_path / "caller.py").write_text(CALLER, encoding="utf-8")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+
+    def run(*flags) -> str:
+        out = subprocess.run([sys.executable, str(tmp_path / "caller.py"), *flags],
+                             env=env, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    (tmp_path / "consts.py").write_text("SCALE = 3.0\n", encoding="utf-8")
+    assert run() == "6.0"
+    (tmp_path / "consts.py").write_text("SCALE = 5.0\n", encoding="utf-8")
+    assert run() == "6.0"  # numba's own check: stale
+    assert run("--guard") == "10.0"
