@@ -216,14 +216,15 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
     return tier
 
 
-def _graph_sizes(d: Deployment, rt: EngineRuntime | None, gpu: GPUSpec) -> list[int] | None:
+def _graph_sizes(d: Deployment, rt: EngineRuntime | None, gpu: GPUSpec,
+                 padding: bool) -> list[int] | None:
     """The instance's CUDA-graph capture sizes: as given, else the engine's own default
-    (SGLang's by GPU memory and tp, TensorRT-LLM's by padding), else None (the oracle's
-    vLLM default)."""
+    (SGLang's by GPU memory and tp, TensorRT-LLM's by ``padding``), else None (the
+    oracle's vLLM default)."""
     if d.cuda_graph_sizes is not None or rt is None or rt.engine == "vllm":
         return d.cuda_graph_sizes
     if rt.engine == "trtllm":
-        return trtllm_cuda_graph_sizes(padding=_graph_padding(d, rt))
+        return trtllm_cuda_graph_sizes(padding=padding)
     gib = gpu.memory_bytes / 2**30
     return sglang_cuda_graph_sizes(gib, d.tp, speculative=d.speculative is not None)
 
@@ -254,14 +255,14 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     gpu = resolve_gpu(d.gpu)
     rt = _engine_runtime(d, gpu)
     max_num_seqs = _dp_rank_share(rt, d, _knob(d, "max_num_seqs", rt))
+    padding = _graph_padding(d, rt)
     oracle = CostOracle(d.model, gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
                         dtype=instance_dtype(d), kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph,
                         piecewise_cuda_graph=rt is not None and rt.entry.piecewise_cuda_graph,
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
-                        graph_sizes=_graph_sizes(d, rt, gpu),
-                        graph_padding=_graph_padding(d, rt))
+                        graph_sizes=_graph_sizes(d, rt, gpu, padding), graph_padding=padding)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

@@ -92,17 +92,14 @@ class EngineParams:
                              f"{self.long_prefill_token_threshold!r}")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
-        if int(self.batch_wait_timeout_iters) != self.batch_wait_timeout_iters or \
-                self.batch_wait_timeout_iters < 0:
-            raise ValueError("batch_wait_timeout_iters must be an integer >= 0, got "
-                             f"{self.batch_wait_timeout_iters!r}")
-        if not 0.0 <= self.batch_wait_max_tokens_ratio <= 1.0:
-            raise ValueError("batch_wait_max_tokens_ratio must be in [0, 1], got "
-                             f"{self.batch_wait_max_tokens_ratio!r}")
-        for name in ("attention_dp_timeout_iters", "attention_dp_batching_wait_iters"):
+        for name in ("batch_wait_timeout_iters", "attention_dp_timeout_iters",
+                     "attention_dp_batching_wait_iters"):
             value = getattr(self, name)
             if int(value) != value or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if not 0.0 <= self.batch_wait_max_tokens_ratio <= 1.0:
+            raise ValueError("batch_wait_max_tokens_ratio must be in [0, 1], got "
+                             f"{self.batch_wait_max_tokens_ratio!r}")
         if self.attention_dp_balance and self.policy not in (Policy.TRTLLM_NO_EVICT,
                                                              Policy.TRTLLM_MAX_UTILIZATION):
             raise ValueError("attention_dp_balance is TensorRT-LLM's (attention_dp_config."
