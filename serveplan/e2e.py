@@ -124,10 +124,16 @@ def _int(value: str, default: int | None = 1) -> int | None:
     return int(float(value)) if value not in ("", None) else default
 
 
+def _size(value: str) -> int:
+    """A parallel size: unrecorded or 0 (the generator's own campaign writes 0 for
+    "no attention DP" on dense models) is 1."""
+    return max(_int(value), 1)
+
+
 def _role(r: dict, prefix: str) -> Role:
     g = lambda k, d=1: _int(r[f"{prefix}_{k}"], d)  # noqa: E731
     return Role(workers=g("num_workers", None), batch=g("batch_size", None), tp=g("tp_size"),
-                pp=g("pp_size"), dp=g("attention_dp_size"), ep=g("moe_ep_size"))
+                pp=g("pp_size"), dp=_size(r[f"{prefix}_attention_dp_size"]), ep=g("moe_ep_size"))
 
 
 def _row(r: dict) -> E2ERow:
@@ -139,7 +145,7 @@ def _row(r: dict) -> E2ERow:
         model=r["model_path"], system=r["system"], precision=r["precision"], mode=r["mode"],
         isl=_int(r["isl"]), osl=_int(r["osl"]),
         concurrency=int(m.group(1)) if m else (batch or 1),
-        tp=_int(r["tp_size"]), pp=_int(r["pp_size"]), dp=_int(r["attention_dp_size"]),
+        tp=_int(r["tp_size"]), pp=_int(r["pp_size"]), dp=_size(r["attention_dp_size"]),
         ep=_int(r["moe_ep_size"]), ttft_ms=float(r["silicon_ttft_ms"]),
         tpot_ms=float(r["silicon_tpot_ms"]), gemm_quant=r["gemm_quant_mode"],
         moe_quant=r["moe_quant_mode"], batch_size=batch, moe_tp=_int(r["moe_tp_size"]),

@@ -172,6 +172,17 @@ def test_agg_workers_from_concurrency_over_batch(aic):
     assert (pool["count"], pool["max_num_seqs"]) == (2, 144)
 
 
+def test_an_unrecorded_attention_dp_of_zero_is_one_rank(aic):
+    """The generator's own Qwen3-32B campaign writes attention_dp_size 0.0 on its dense rows.
+    8 clients at max_batch_size 4 are 8 / (4 x 1) = 2 workers; reading dp as 0 ran one worker
+    of 4 sequences, so half the clients queued for a whole reply."""
+    rows = {r.id: r for r in load_rows(aic / "silicon_blackwell.csv")}
+    row = rows["qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_2000x500_c8_tp2_epnone_4"]
+    assert (row.concurrency, row.batch_size, row.dp) == (8, 4, 1)
+    pool = deployment(row, aic)["pools"][0]
+    assert (pool["count"], pool["max_num_seqs"], pool["tp"]) == (2, 4, 2)
+
+
 def test_attention_dp_rows_are_one_worker_of_dp_ranks(aic):
     """The generator's concurrency is agg_workers x max_batch_size x attention DP (vLLM
     MiniMax-M2.5, tp 2 x dp 2, ep 4: batch 64 and 128 clients in the CSV): one worker of two
