@@ -40,11 +40,10 @@ parameter row (:data:`AFD_WIDTH` = :data:`N_AFD` parameters + scratch for up to
 
 from __future__ import annotations
 
-from numba import njit
-
 from . import primitives as _primitives
 from . import roofline as _roofline
 from .cache_guard import drop_stale
+from .primitives import njit
 from .roofline import (
     M_SECTION,
     P_LAYERS,

@@ -159,3 +159,25 @@ def test_warmup_command_marks_the_cache_warm(sim_compiled, tmp_path, monkeypatch
     assert out.exit_code == 0, out.output
     assert "compiled code ready" in out.output
     assert jit_mode.warm()
+
+
+def test_every_compiled_function_runs_as_python_while_compiling():
+    """Each numba function of the kernels and the simulator is serveplan's dispatcher, so a
+    call from Python follows the jit mode; a plain ``numba.njit`` one (as ``kernels/afd.py``
+    had) would compile in the foreground, unannounced, when called from Python."""
+    import importlib
+    import pkgutil
+
+    from numba.core.registry import CPUDispatcher
+
+    import serveplan.kernels
+    import serveplan.sim
+    from serveplan.kernels import Dispatcher
+
+    plain = []
+    for package in (serveplan.kernels, serveplan.sim):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            plain += [f"{module.__name__}.{name}" for name, obj in vars(module).items()
+                      if isinstance(obj, CPUDispatcher) and not isinstance(obj, Dispatcher)]
+    assert plain == []
