@@ -118,7 +118,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
     moves: a term only one model's rows identify is never checked, and does not ship);
     engines with one model are not fitted."""
     pred = np.full((len(rows), 2), np.nan)
-    folds, full = [], {}
+    folds, full, fold_terms = [], {}, {}
     by_engine = defaultdict(list)
     for k, r in enumerate(rows):
         by_engine[r.engine].append(k)
@@ -128,13 +128,15 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
             full[engine] = {"fitted": False, "reason": f"one model only ({models[0]}): "
                             "a leave-one-model-out check is impossible"}
             continue
+        start = step_overhead_start([resolved[k] for k in idx])
         validated = set()
         for m in models:
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
             terms, summ = fit_rows([rows[k] for k in train], unfitted[train],
                                    [layers[k] for k in train],
-                                   prefill_s=[prefill_s[k] for k in train])
+                                   prefill_s=[prefill_s[k] for k in train], start=start)
+            fold_terms[engine, m] = terms
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
@@ -142,11 +144,20 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
         names = [n for n in E2E_FIT_TERMS if n in validated]
         terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
-                               names=names, prefill_s=[prefill_s[k] for k in idx])
+                               names=names, prefill_s=[prefill_s[k] for k in idx], start=start)
         summ["skipped"].update({n: "no held-out model's rows check it" for n in E2E_FIT_TERMS
                                 if n not in validated and n not in summ["skipped"]})
         full[engine] = {**summ, "fitted": True, "terms": terms}
-    return pred, folds, full
+    return pred, folds, full, fold_terms
+
+
+def step_overhead_start(resolved) -> dict[str, float]:
+    """The GPU profiles' step overhead the unfitted predictions ran with (one value: the
+    first-order fit starts there)."""
+    values = {p.instance.oracle.profile_step_overhead_s for res in resolved for p in res.pools}
+    if len(values) != 1:
+        raise ValueError(f"the rows' GPU profiles differ in step_overhead_s: {sorted(values)}")
+    return {"step_overhead_s": values.pop()}
 
 
 def moves(row, pred0, layers: int, name: str, prefill_s: float) -> bool:
@@ -252,6 +263,21 @@ def best_layout(rows, preds, mode: str, layout) -> dict:
     return result
 
 
+def worse_models(rows, idx, before, after) -> list[str]:
+    """The models among ``rows[idx]`` whose median |error| of TTFT or TPOT is higher in
+    ``after`` than in ``before`` (predictions of those rows, in order), with the figures."""
+    meas = np.array([[rows[k].ttft_ms, rows[k].tpot_ms] for k in idx])
+    worse = []
+    for m in sorted({rows[k].model for k in idx}):
+        at = [j for j, k in enumerate(idx) if rows[k].model == m]
+        b, a = (np.median(np.abs(_err(p[at], meas[at])), axis=0) for p in (before, after))
+        parts = [f"{name} {100 * b[j]:.1f} -> {100 * a[j]:.1f} %"
+                 for j, name in enumerate(("TTFT", "TPOT")) if a[j] > b[j]]
+        if parts:
+            worse.append(f"{m}: {', '.join(parts)}")
+    return worse
+
+
 def held_out_check(rows, unfitted, fitted, full) -> None:
     """Ship an engine's fitted terms only if, held out model by model, they lower the
     median |error| of TTFT over the engine's rows and raise TPOT's by at most half a
@@ -265,15 +291,7 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
         idx = [k for k, r in enumerate(rows) if r.engine == engine]
         before, after = med(unfitted, idx), med(fitted, idx)
         info["median_abs_err_held_out"] = [float(v) for v in after]
-        worse = []
-        for m in sorted({rows[k].model for k in idx}):
-            mi = [k for k in idx if rows[k].model == m]
-            b, a = med(unfitted, mi), med(fitted, mi)
-            parts = [f"{name} {100 * b[j]:.1f} -> {100 * a[j]:.1f} %"
-                     for j, name in enumerate(("TTFT", "TPOT")) if a[j] > b[j]]
-            if parts:
-                worse.append(f"{m}: {', '.join(parts)}")
-        info["held_out_worse"] = worse
+        info["held_out_worse"] = worse_models(rows, idx, unfitted[idx], fitted[idx])
         if not (after[0] < before[0] and after[1] <= before[1] + 0.005):
             info["fitted"] = False
             info["reason"] = (f"held out, the terms do not help: median abs TTFT/TPOT "
@@ -287,6 +305,38 @@ def as_shipped(rows, unfitted, fitted, full) -> np.ndarray:
     errors of :func:`held_out_check`, one yes/no per engine)."""
     ships = np.array([bool(full.get(r.engine, {}).get("fitted")) for r in rows])
     return np.where(ships[:, None], fitted, unfitted)
+
+
+def ship_step_overhead_only(rows, resolved, unfitted, shipped, full, fold_terms, jobs):
+    """For an engine whose terms do not ship: its fitted step overhead alone, held out
+    model by model (each fold's value), ships if it lowers the median |error| of TPOT over
+    the engine's rows and raises TTFT's by at most half a point. Updates ``full`` and the
+    engine's rows of ``shipped`` (setting (d)) where it ships."""
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    for engine, info in full.items():
+        terms = info.get("terms")
+        if info.get("fitted") or terms is None or terms.step_overhead_s is None:
+            continue
+        idx = [k for k, r in enumerate(rows) if r.engine == engine]
+        alt = np.full((len(idx), 2), np.nan)
+        for m in sorted({rows[k].model for k in idx}):
+            at = [j for j, k in enumerate(idx) if rows[k].model == m]
+            step = RuntimeTerms(step_overhead_s=fold_terms[engine, m].step_overhead_s)
+            alt[at] = predict_all([rows[idx[j]] for j in at], [resolved[idx[j]] for j in at],
+                                  step, jobs)
+        before = np.median(np.abs(_err(unfitted[idx], meas[idx])), axis=0)
+        after = np.median(np.abs(_err(alt, meas[idx])), axis=0)
+        verdict = (f"the step overhead alone, held out: median abs TTFT/TPOT "
+                   f"{100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "
+                   f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
+        if after[1] < before[1] and after[0] <= before[0] + 0.005:
+            info.update(fitted=True, terms=RuntimeTerms(step_overhead_s=terms.step_overhead_s),
+                        median_abs_err_held_out=[float(v) for v in after],
+                        held_out_worse=worse_models(rows, idx, unfitted[idx], alt),
+                        reason=f"{info['reason']}; ships the step overhead alone: {verdict}")
+            shipped[idx] = alt
+        else:
+            info["reason"] += f"; {verdict}"
 
 
 def write_profiles(full: dict, stamp: str) -> None:
@@ -389,7 +439,7 @@ def _parser() -> argparse.ArgumentParser:
 def _predict_settings(args, ok, resolved) -> dict:
     rows_csv = HERE / "results" / f"{args.out}_rows.csv"
     if args.reuse or args.report_only:
-        names = ("gpu_only", "engine_unfitted") + (("engine_fitted_lomo",)
+        names = ("gpu_only", "engine_unfitted") + (("engine_fitted_lomo", "as_shipped")
                                                      if args.report_only else ())
         return read_rows_csv(rows_csv, ok, names)
     resolved = resolved[0]
@@ -412,16 +462,17 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     if args.no_fit:
         return [], {}
     if prev is not None:
-        folds, full = prev["folds"], prev["profiles"]
-    else:
-        resolved, prefill_s = resolved
-        layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
-        fitted, folds, full = lomo(ok, resolved, preds["engine_unfitted"], layers,
-                                   prefill_s, args.jobs)
-        held_out_check(ok, preds["engine_unfitted"], fitted, full)
-        preds["engine_fitted_lomo"] = fitted
-    preds["as_shipped"] = as_shipped(ok, preds["engine_unfitted"],
-                                     preds["engine_fitted_lomo"], full)
+        return prev["folds"], prev["profiles"]
+    resolved, prefill_s = resolved
+    layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+    unfitted = preds["engine_unfitted"]
+    fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
+                                           args.jobs)
+    held_out_check(ok, unfitted, fitted, full)
+    preds["engine_fitted_lomo"] = fitted
+    preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)
+    ship_step_overhead_only(ok, resolved, unfitted, preds["as_shipped"], full, fold_terms,
+                            args.jobs)
     return folds, full
 
 

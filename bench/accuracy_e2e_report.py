@@ -64,7 +64,9 @@ def _profiles(report) -> list[str]:
                      f"{_abs(after[0])}/{_abs(after[1])} %); left out: "
                      + ("; ".join(f"{k} ({v})" for k, v in info["skipped"].items()) or "none")
                      + (f"; held-out models it makes worse: {'; '.join(info['held_out_worse'])}"
-                        if info.get("held_out_worse") else ""))
+                        if info.get("held_out_worse") else "")
+                     + (f". All terms held out did not ship: {info['reason']}"
+                        if info.get("reason") else ""))
     if report["folds"]:
         lines += ["", "Leave-one-model-out folds (terms fitted without the held-out model; "
                   "the training rows' median abs TTFT/TPOT of (b) and of the first-order "

@@ -10,6 +10,7 @@ taking :attr:`CostOracle.kernel_args` and calling ``roofline.step_time`` itself.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,23 @@ class CostOracle:
         self._comm = np.zeros(len(MODULE_NAMES))
         self._q = np.zeros(1, dtype=np.int64)
         self._c = np.zeros(1, dtype=np.int64)
+        self.profile_step_overhead_s = self.profile.step_overhead_s
+
+    def with_step_overhead(self, seconds: float | None) -> CostOracle:
+        """This oracle pricing ``seconds`` per step outside the forward pass instead of its
+        profile's ``step_overhead_s`` (an engine runtime's term,
+        :class:`~.runtime.RuntimeTerms`; None: the GPU profile's own again); everything
+        else is shared. Itself if the value does not change."""
+        seconds = self.profile_step_overhead_s if seconds is None else float(seconds)
+        if seconds == self.prm[K.P_STEP_OVERHEAD]:
+            return self
+        twin = copy.copy(self)
+        twin.profile = self.profile.model_copy(update={"step_overhead_s": seconds})
+        twin.prm = self.prm.copy()
+        twin.prm[K.P_STEP_OVERHEAD] = seconds
+        for scratch in ("_agg", "_comp", "_comm", "_q", "_c"):
+            setattr(twin, scratch, getattr(self, scratch).copy())
+        return twin
 
     # ------------------------------------------------------------------ construction
     def _moe_load(self) -> float:

@@ -56,6 +56,10 @@ class RuntimeTerms(BaseModel):
     the KV: the orchestrator's hop from the prefill worker to the decode worker, the
     transfer's setup and registration and the decode side's pickup of the arrived KV --
     a latency on every handoff (requests do not queue behind it), counted in TTFT.
+    ``step_overhead_s`` replaces the GPU profile's time per step outside the forward pass
+    (``Profile.step_overhead_s``, 0.5 ms, a default no per-op table measures: the sampler,
+    the input preparation kernels and the idle gap between steps as this engine runs
+    them); None keeps the profile's.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -70,6 +74,7 @@ class RuntimeTerms(BaseModel):
     tp_sync_per_layer_s: float = Field(0.0, ge=0)
     prefill_token_layer_s: float = Field(0.0, ge=0)
     disagg_handoff_s: float = Field(0.0, ge=0)
+    step_overhead_s: float | None = Field(None, ge=0)
 
     def front_end(self) -> FrontEnd:
         return FrontEnd(self.frontend_request_s, self.frontend_prompt_token_s,

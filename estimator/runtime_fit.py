@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
+from .profile import Profile
 from .runtime import RuntimeTerms
 
 SOFT_L1_SCALE = 0.1  # log-ratio residuals beyond ~10 % count linearly, not squared
@@ -45,7 +46,8 @@ TERM_SCALES = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-
                "frontend_output_per_token_s": (1e-4, 5e-3), "tp_sync_per_layer_s": (1e-5, 1e-3),
                "frontend_request_s": (5e-3, 0.5), "step_cpu_s": (1e-3, 0.05),
                "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4),
-               "prefill_token_layer_s": (2e-7, 1e-5), "disagg_handoff_s": (5e-3, 2.0)}
+               "prefill_token_layer_s": (2e-7, 1e-5), "disagg_handoff_s": (5e-3, 2.0),
+               "step_overhead_s": (1e-4, 2e-3)}
 _NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
 
@@ -108,6 +110,12 @@ def fit_first_order(pred0: np.ndarray, jac: np.ndarray, measured: np.ndarray,
     return np.clip(sol.x, 0.0, 1.0) * scale
 
 
+def _value(base: RuntimeTerms, name: str) -> float:
+    """``base``'s value of a term; an unset step overhead is the GPU profiles' default."""
+    value = getattr(base, name)
+    return Profile.model_fields[name].default if value is None else value
+
+
 def _terms(base: RuntimeTerms, names: Sequence[str], x: np.ndarray) -> RuntimeTerms:
     return base.model_copy(update={n: float(v) for n, v in zip(names, x, strict=True)})
 
@@ -155,7 +163,7 @@ def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarra
     names, skipped = identifiable(names, np.asarray(tp), disaggregated)
     p = predict(base)
     before = np.abs(p / measured - 1.0)
-    x = np.array([getattr(base, n) for n in names], dtype=float)
+    x = np.array([_value(base, n) for n in names], dtype=float)
     flat = np.zeros(len(names), dtype=bool)
     evals = 1
     while names and evals + len(names) + 1 <= max_evals:

@@ -380,13 +380,16 @@ def resolve_row(row: E2ERow, data_dir: Path, **kw):
 
 
 def with_terms(resolved, terms: RuntimeTerms):
-    """``resolved`` with its engine's runtime terms replaced (for fitting)."""
+    """``resolved`` with its engine's runtime terms replaced (for fitting): the step
+    overhead they set (or the GPU profile's, if None) prices every step of its pools."""
     pools = []
     for p in resolved.pools:
-        inst = p.instance
+        inst, cost = p.instance, p.cost
         if inst.runtime is not None:
-            inst = replace(inst, runtime=replace(inst.runtime, terms=terms))
-        pools.append(replace(p, instance=inst))
+            oracle = inst.oracle.with_step_overhead(terms.step_overhead_s)
+            cost = oracle if cost is inst.oracle else cost
+            inst = replace(inst, runtime=replace(inst.runtime, terms=terms), oracle=oracle)
+        pools.append(replace(p, instance=inst, cost=cost))
     return replace(resolved, pools=tuple(pools))
 
 

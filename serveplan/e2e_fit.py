@@ -25,7 +25,10 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
   TPOT (held out: vLLM TPOT 11.7 -> 14.1 % median abs, ``bench/results/accuracy_e2e.md``
   of 2026-11-27);
 * ``disagg_handoff_s`` -- a disaggregated row's TTFT by 1 (every first token waits for its
-  handoff), nothing on agg rows; fitted only where the rows include disaggregated ones.
+  handoff), nothing on agg rows; fitted only where the rows include disaggregated ones;
+* ``step_overhead_s`` -- the GPU time of every step outside the forward pass (it replaces
+  the GPU profile's, from there: ``start``): TPOT by 1, TTFT by the steps before the first
+  token (``TTFT0 / TPOT0``).
 
 :func:`fit_rows` solves for the terms with these slopes
 (:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- so the
@@ -48,7 +51,7 @@ from serveplan.estimator.runtime_fit import (
 )
 
 E2E_FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
-                 "prefill_token_layer_s", "disagg_handoff_s")
+                 "prefill_token_layer_s", "disagg_handoff_s", "step_overhead_s")
 """The terms fitted to the measured rows (module docstring)."""
 
 
@@ -102,6 +105,7 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
         "tp_sync_per_layer_s": (layers * steps * (tp_first > 1), layers * (tp_decode > 1)),
         "prefill_token_layer_s": _prefill_slopes(row, ttft0, layers, prefill_s),
         "disagg_handoff_s": (float(row.mode != "agg"), 0.0),
+        "step_overhead_s": (steps, 1.0),
     }
     unknown = [n for n in names if n not in slope]
     if unknown:
@@ -109,13 +113,26 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
     return 1e3 * np.array([slope[n] for n in names], dtype=float).T
 
 
+def _start(name: str, start: dict[str, float] | None) -> float:
+    """A term's value in the term-free predictions: 0, except the step overhead, which
+    the predictions take from the GPU profile (``start`` must say its value)."""
+    if start and name in start:
+        return float(start[name])
+    if RuntimeTerms.model_fields[name].default is None:
+        raise ValueError(f"fit_rows: start must give {name}'s value in the predictions")
+    return 0.0
+
+
 def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
              names: Sequence[str] = E2E_FIT_TERMS,
-             prefill_s: Sequence[float] | None = None) -> tuple[RuntimeTerms, dict]:
+             prefill_s: Sequence[float] | None = None,
+             start: dict[str, float] | None = None) -> tuple[RuntimeTerms, dict]:
     """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms),
     each row's layer count and, if known, the oracle's prefill of one mean prompt
-    (``prefill_s``, seconds); returns the terms and a summary (fitted, skipped, median
-    |error| of the first-order model before and after)."""
+    (``prefill_s``, seconds); ``start``: the value a term has in ``pred0`` where not 0 (the
+    GPU profile's ``step_overhead_s``; every term must have one there). Returns the terms
+    and a summary (fitted, skipped, median |error| of the first-order model before and
+    after)."""
     measured = np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float)
     pred0 = np.asarray(pred0, dtype=float)
     tp = np.array([max(_tp_first(r)) for r in rows])
@@ -124,8 +141,9 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
     jac = np.stack([row_slopes(r, p, n, names, w) for r, p, n, w in
                     zip(rows, pred0, layers, work, strict=True)])
     upper = np.array([TERM_SCALES[n][1] for n in names])
-    x = fit_first_order(pred0, jac, measured, np.zeros(len(names)), upper)
-    after = pred0 + jac @ x
+    x0 = np.array([_start(n, start) for n in names])
+    x = fit_first_order(pred0, jac, measured, x0, upper)
+    after = pred0 + jac @ (x - x0)
     med = lambda p: [float(v) for v in np.median(np.abs(p / measured - 1.0), axis=0)]  # noqa: E731
     terms = RuntimeTerms(**{n: float(v) for n, v in zip(names, x, strict=True)})
     return terms, {"fitted": list(names), "skipped": skipped,

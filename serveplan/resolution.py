@@ -262,7 +262,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
-                        graph_sizes=_graph_sizes(d, rt, gpu, padding), graph_padding=padding)
+                        graph_sizes=_graph_sizes(d, rt, gpu, padding), graph_padding=padding,
+                        ).with_step_overhead(rt.terms.step_overhead_s if rt is not None else None)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

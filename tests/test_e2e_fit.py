@@ -124,3 +124,33 @@ def test_prefill_term_is_recovered():
             for r, t in zip(rows, truth, strict=True)]
     terms, _ = fit_rows(rows, np.array(pred0), layers, names, prefill_s=pre)
     assert [terms.frontend_output_s, terms.prefill_token_layer_s] == pytest.approx(true, rel=1e-3)
+
+
+def test_step_overhead_slopes_by_hand():
+    """Every step costs the overhead once: TPOT by 1 ms per ms, TTFT by the TTFT0 / TPOT0 =
+    100 / 10 = 10 steps before the first token."""
+    s = row_slopes(_row(), (100.0, 10.0), 80, ("step_overhead_s",))
+    assert s[:, 0] == pytest.approx([10e3, 1e3])
+
+
+def test_step_overhead_is_fitted_from_the_profiles_value_down_or_up():
+    """Rows predicted with the GPU profile's 0.5 ms per step and measured as if each step
+    cost 0.1 ms: the fit starts at 0.5 ms and comes down to 0.1 ms (with the front end's
+    latency, 30 ms, alongside); the first-order model then meets every row."""
+    rng = np.random.default_rng(2)
+    rows, pred0 = [], []
+    names = ("frontend_output_s", "step_overhead_s")
+    for _ in range(30):
+        r = _row(concurrency=int(rng.choice([4, 16, 64])), batch_size=None)
+        p0 = (float(rng.uniform(30, 300)), float(rng.uniform(5, 30)))
+        delta = np.array([0.03, 0.1e-3 - 0.5e-3])  # from the start: 0 and 0.5 ms
+        t = np.array(p0) + row_slopes(r, p0, 61, names) @ delta
+        rows.append(E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]}))
+        pred0.append(p0)
+    terms, summary = fit_rows(rows, np.array(pred0), [61] * 30, names,
+                              start={"step_overhead_s": 0.5e-3})
+    assert [terms.frontend_output_s, terms.step_overhead_s] == pytest.approx([0.03, 0.1e-3],
+                                                                              rel=1e-3)
+    assert max(summary["median_abs_err_after_first_order"]) < 1e-4
+    with pytest.raises(ValueError, match="step_overhead_s"):
+        fit_rows(rows, np.array(pred0), [61] * 30, names)  # its value in pred0 is unknown
