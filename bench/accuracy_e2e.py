@@ -34,7 +34,13 @@ from serveplan.e2e import (
     simulate_row,
     with_terms,
 )
-from serveplan.e2e_fit import E2E_FIT_TERMS, fit_rows, mean_lengths, row_slopes
+from serveplan.e2e_fit import (
+    E2E_FIT_TERMS,
+    STEP_OVERHEAD_TERM,
+    fit_rows,
+    mean_lengths,
+    row_slopes,
+)
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 
@@ -111,7 +117,7 @@ def prefill_seconds(row, resolved) -> float:
                                                               input_len=prompt)).ravel()[0])
 
 
-def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
+def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERMS):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, and each engine's fit on all
     its rows of the terms some fold checked (fitted without a model whose rows the term
@@ -134,7 +140,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
             terms, summ = fit_rows([rows[k] for k in train], unfitted[train],
-                                   [layers[k] for k in train],
+                                   [layers[k] for k in train], names,
                                    prefill_s=[prefill_s[k] for k in train], start=start)
             fold_terms[engine, m] = terms
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
@@ -142,10 +148,11 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1):
             folds.append({"engine": engine, "held_out": m, **summ})
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
-        names = [n for n in E2E_FIT_TERMS if n in validated]
+        checked = [n for n in names if n in validated]
         terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
-                               names=names, prefill_s=[prefill_s[k] for k in idx], start=start)
-        summ["skipped"].update({n: "no held-out model's rows check it" for n in E2E_FIT_TERMS
+                               names=checked, prefill_s=[prefill_s[k] for k in idx],
+                               start=start)
+        summ["skipped"].update({n: "no held-out model's rows check it" for n in names
                                 if n not in validated and n not in summ["skipped"]})
         full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full, fold_terms
@@ -366,6 +373,7 @@ def _command(args) -> str:
             + (" --write-profiles" if args.write_profiles else "")
             + (" --reuse" if args.reuse else "")
             + (" --report-only" if args.report_only else "")
+            + (" --fit-step-overhead" if args.fit_step_overhead else "")
             + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
 
@@ -431,6 +439,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the report from the previous run's NAME_rows.csv and "
                          "NAME.json (its predictions and fits): no simulation, no fit")
+    ap.add_argument("--fit-step-overhead", action="store_true",
+                    help="fit each engine's GPU time per step outside the forward pass too "
+                         "(serveplan.e2e_fit.STEP_OVERHEAD_TERM; not shipped by default)")
     ap.add_argument("--out", default="accuracy_e2e",
                     help="report name in bench/results (NAME.md, NAME.json, NAME_rows.csv)")
     return ap
@@ -466,8 +477,9 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     resolved, prefill_s = resolved
     layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
     unfitted = preds["engine_unfitted"]
+    names = E2E_FIT_TERMS + ((STEP_OVERHEAD_TERM,) if args.fit_step_overhead else ())
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
-                                           args.jobs)
+                                           args.jobs, names)
     held_out_check(ok, unfitted, fitted, full)
     preds["engine_fitted_lomo"] = fitted
     preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)

@@ -7,7 +7,8 @@ from pathlib import Path
 GROUP_NAMES = {"gpu_only": "(a) GPU steps only", "engine_unfitted": "(b) engine runtime, unfitted",
                "engine_fitted_lomo": "(c) engine runtime, fitted LOMO"}
 NAMES = {**GROUP_NAMES, "as_shipped": "(d) as the profiles ship: (c) where an engine's terms "
-                                      "ship, else (b)"}
+                                      "ship, its step overhead alone held out where only that "
+                                      "ships, else (b)"}
 
 
 def _pct(x) -> str:
