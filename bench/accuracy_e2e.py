@@ -134,7 +134,8 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
             full[engine] = {"fitted": False, "reason": f"one model only ({models[0]}): "
                             "a leave-one-model-out check is impossible"}
             continue
-        start = step_overhead_start([resolved[k] for k in idx])
+        start = (step_overhead_start([resolved[k] for k in idx])
+                 if STEP_OVERHEAD_TERM in names else None)
         validated = set()
         for m in models:
             train = [k for k in idx if rows[k].model != m]
