@@ -60,9 +60,9 @@ def test_the_engine_profile_sets_it_and_the_fitting_path_switches_it(tmp_path):
 
 
 def test_a_lone_requests_decode_steps_each_take_the_difference(tmp_path):
-    """One request at a time (a request every 10 s), 32 output tokens: each of its 31
-    decode steps runs alone, so TPOT moves by exactly 0.5 - 0.2 = 0.3 ms."""
-    load = {"kind": "poisson", "rate": 0.1, "num_requests": 5, "isl": 256, "osl": 32}
+    """One client, so one request at a time, 32 output tokens: each of its 31 decode steps
+    runs alone, so TPOT moves by exactly 0.5 - 0.2 = 0.3 ms."""
+    load = {"kind": "closed-loop", "concurrency": 1, "num_requests": 5, "isl": 256, "osl": 32}
     default = simulate(_pools(_profile(tmp_path)), load)
     (tmp_path / "fast").mkdir()
     fast = simulate(_pools(_profile(tmp_path / "fast", step_overhead_s=0.2e-3)), load)
