@@ -16,7 +16,7 @@ empty numba cache (``NUMBA_CACHE_DIR`` pointed at a new empty folder):
   is warm on a machine that installed the project before) and ``make run`` (the strategy
   search), with the lines they print;
 * how long after ``make run`` started the background compile it began had the compiled
-  code ready (``serveplan-warm.json`` written);
+  code ready (its ``serveplan-warm-*.json`` written);
 * the first ``serveplan simulate examples/llama8b-h100.yaml`` (colocated) and
   ``examples/pd-pools.yaml`` (prefill/decode), from that fresh install, each on its own
   empty cache (they run as Python beside their background compile; the next measurement
@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from serveplan.kernels.jit_mode import MARKER_GLOB  # one marker per source tree
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 ANNOUNCED = ("compiling the simulator, once", "not compiled on this machine yet")
@@ -63,13 +65,10 @@ def _lay_out(source: str, dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-MARKER = "serveplan-warm.json"
-
-
 def _wait_warm(cache: Path, since: float) -> float:
     """Seconds from ``since`` until the background compile into ``cache`` has finished."""
     deadline = time.perf_counter() + 900
-    while not (cache / MARKER).exists():
+    while not any(cache.glob(MARKER_GLOB)):
         if time.perf_counter() > deadline:
             raise RuntimeError(f"no compiled code in {cache} after 900 s")
         time.sleep(0.25)

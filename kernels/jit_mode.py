@@ -21,7 +21,9 @@ as it is there. ``SERVEPLAN_JIT`` chooses:
 
 The background compile holds an exclusive lock on ``serveplan-warmup.lock`` while it runs,
 so processes started meanwhile (a sweep's workers, a second command) neither start another
-nor mistake it for dead, and writes ``serveplan-warm.json`` when done: a stamp of the
+nor mistake it for dead, and writes ``serveplan-warm-<tree>.json`` when done (``<tree>``: a
+digest of the source folders' paths, so checkouts that share a cache keep their own
+marker instead of overwriting each other's, :func:`marker_path`): a stamp of the
 compiled sources (path, modification time and size of every file, as numba's own cache
 index keys them), numba's and Python's versions. An edited source makes the stamp stale
 and the next run interprets again while the background recompiles.
@@ -53,7 +55,7 @@ except ImportError:  # no POSIX file locks: no background compile
 ENV = "SERVEPLAN_JIT"
 MODES = ("auto", "compile", "interpret")
 WARMUP_MODULE = "serveplan.warmup"
-MARKER, LOCK, LOG = "serveplan-warm.json", "serveplan-warmup.lock", "serveplan-warmup.log"
+MARKER_GLOB, LOCK, LOG = "serveplan-warm-*.json", "serveplan-warmup.lock", "serveplan-warmup.log"
 CHECK_EVERY_S = 1.0
 
 NOTICE = ("the simulator is not compiled on this machine yet: running it as Python (same "
@@ -118,13 +120,19 @@ def _numba_version() -> str:
     return numba.__version__
 
 
+def marker_path(where: Path) -> Path:
+    """This source tree's marker in the cache folder ``where``."""
+    tree = hashlib.sha256("|".join(map(str, _source_dirs())).encode()).hexdigest()[:12]
+    return where / MARKER_GLOB.replace("*", tree)
+
+
 def warm() -> bool:
     """Whether the background compile finished for the current sources in this cache."""
     where = cache_dir()
     if where is None:
         return False
     try:
-        data = json.loads((where / MARKER).read_text(encoding="utf-8"))
+        data = json.loads(marker_path(where).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("stamp") == sources_stamp()
@@ -136,10 +144,11 @@ def mark_warm(seconds: float) -> None:
     if where is None:
         return
     where.mkdir(parents=True, exist_ok=True)
-    tmp = where / f"{MARKER}.{os.getpid()}.tmp"
+    marker = marker_path(where)
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"stamp": sources_stamp(), "seconds": round(seconds, 1)}),
                    encoding="utf-8")
-    os.replace(tmp, where / MARKER)
+    os.replace(tmp, marker)
 
 
 DEFAULT_COMPILE_S = 85.0

@@ -142,6 +142,24 @@ def test_a_warm_cache_runs_compiled_and_an_edit_makes_it_stale(auto, monkeypatch
     assert not jit_mode.warm()
 
 
+def test_checkouts_sharing_a_cache_keep_their_own_marker(auto, monkeypatch, tmp_path):
+    """A clone elsewhere that compiles into the same cache folder marks its own sources
+    warm; this checkout stays warm (a single marker made the one compiled last the only
+    warm one, and the other interpreted again beside a needless background compile)."""
+    auto(0.0)
+    jit_mode.mark_warm(1.0)
+    here = (jit_mode._source_dirs, jit_mode.sources_stamp)
+    monkeypatch.setattr(jit_mode, "_source_dirs", lambda: [tmp_path / "clone" / "kernels"])
+    monkeypatch.setattr(jit_mode, "sources_stamp", lambda: "the clone's sources")
+    assert not jit_mode.warm()
+    jit_mode.mark_warm(1.0)
+    assert jit_mode.warm()
+    monkeypatch.setattr(jit_mode, "_source_dirs", here[0])  # back in this checkout
+    monkeypatch.setattr(jit_mode, "sources_stamp", here[1])
+    assert jit_mode.warm()
+    assert len(list(tmp_path.glob(jit_mode.MARKER_GLOB))) == 2
+
+
 def test_invalid_mode_is_one_error(monkeypatch):
     monkeypatch.setenv(jit_mode.ENV, "fast")
     out = CliRunner().invoke(app, ["warmup"])
