@@ -271,6 +271,16 @@ def best_layout(rows, preds, mode: str, layout) -> dict:
     return result
 
 
+def _med_abs(pred, meas) -> np.ndarray:
+    """Median |error| of TTFT and TPOT."""
+    return np.median(np.abs(_err(pred, meas)), axis=0)
+
+
+def _verdict(before, after) -> str:
+    return (f"median abs TTFT/TPOT {100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "
+            f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
+
+
 def worse_models(rows, idx, before, after) -> list[str]:
     """The models among ``rows[idx]`` whose median |error| of TTFT or TPOT is higher in
     ``after`` than in ``before`` (predictions of those rows, in order), with the figures."""
@@ -278,7 +288,7 @@ def worse_models(rows, idx, before, after) -> list[str]:
     worse = []
     for m in sorted({rows[k].model for k in idx}):
         at = [j for j, k in enumerate(idx) if rows[k].model == m]
-        b, a = (np.median(np.abs(_err(p[at], meas[at])), axis=0) for p in (before, after))
+        b, a = (_med_abs(p[at], meas[at]) for p in (before, after))
         parts = [f"{name} {100 * b[j]:.1f} -> {100 * a[j]:.1f} %"
                  for j, name in enumerate(("TTFT", "TPOT")) if a[j] > b[j]]
         if parts:
@@ -292,19 +302,16 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
     point against the unfitted runtime; else say why not. Models the terms make worse are
     named either way."""
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
-    med = lambda p, i: np.median(np.abs(_err(p[i], meas[i])), axis=0)  # noqa: E731
     for engine, info in full.items():
         if not info.get("fitted"):
             continue
         idx = [k for k, r in enumerate(rows) if r.engine == engine]
-        before, after = med(unfitted, idx), med(fitted, idx)
+        before, after = _med_abs(unfitted[idx], meas[idx]), _med_abs(fitted[idx], meas[idx])
         info["median_abs_err_held_out"] = [float(v) for v in after]
         info["held_out_worse"] = worse_models(rows, idx, unfitted[idx], fitted[idx])
         if not (after[0] < before[0] and after[1] <= before[1] + 0.005):
             info["fitted"] = False
-            info["reason"] = (f"held out, the terms do not help: median abs TTFT/TPOT "
-                              f"{100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "
-                              f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
+            info["reason"] = f"held out, the terms do not help: {_verdict(before, after)}"
 
 
 def as_shipped(rows, unfitted, fitted, full) -> np.ndarray:
@@ -332,11 +339,8 @@ def ship_step_overhead_only(rows, resolved, unfitted, shipped, full, fold_terms,
             step = RuntimeTerms(step_overhead_s=fold_terms[engine, m].step_overhead_s)
             alt[at] = predict_all([rows[idx[j]] for j in at], [resolved[idx[j]] for j in at],
                                   step, jobs)
-        before = np.median(np.abs(_err(unfitted[idx], meas[idx])), axis=0)
-        after = np.median(np.abs(_err(alt, meas[idx])), axis=0)
-        verdict = (f"the step overhead alone, held out: median abs TTFT/TPOT "
-                   f"{100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "
-                   f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
+        before, after = _med_abs(unfitted[idx], meas[idx]), _med_abs(alt, meas[idx])
+        verdict = f"the step overhead alone, held out: {_verdict(before, after)}"
         if after[1] < before[1] and after[0] <= before[0] + 0.005:
             info.update(fitted=True, terms=RuntimeTerms(step_overhead_s=terms.step_overhead_s),
                         median_abs_err_held_out=[float(v) for v in after],
