@@ -9,8 +9,10 @@ except ``moe_a2a_perf`` whose ``latency`` is in µs (``/ 1e6``). Collective
 Prefill attention rows get ``query_len = isl`` and ``kv_len = step`` (always 0),
 decode rows ``query_len = isl`` (1) and ``kv_len = step``. Only ``beam_width == 1``
 rows are kept. MoE ``moe_alpha`` is the power-law exponent of the
-``distribution`` label (``balanced`` -> 0). Not imported: MLA, sparse / linear
-attention, quantize, mHC, wide-EP MoE and DeepEP tables.
+``distribution`` label (``balanced`` -> 0). TensorRT-LLM's per-tensor fp8 GEMM rows lose
+the dynamic input-scale time of their shape (:func:`_static_input_scale`). Not imported: MLA,
+sparse / linear attention, mHC, wide-EP MoE and DeepEP tables, and the quantize tables
+(but for that use).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from scipy.interpolate import RegularGridInterpolator
 
 from .measurements_schema import (
     AIC_SYSTEM_TO_GPU,
@@ -341,10 +344,65 @@ def _aic_system_parts(data_dir: Path, system: str, filters: _AicFilters) -> list
             part = _read_aic_table(path, table, rel, filters.families)
             if part is None:
                 continue
+            if table == "gemm" and engine == "trtllm":
+                _static_input_scale(part, path, rel)
             _check_device(part.pop("_device"), gpu, rel)
             part.update(gpu=gpu, engine=engine, engine_version=version, source=rel)
             parts.append(part)
     return parts
+
+
+#: TensorRT-LLM's per-tensor fp8 GEMM rows were timed without a calibrated input scale
+#: (AIC's ``collect_gemm.py`` loads no ``input_scale``), so each row includes the dynamic
+#: scale computation (``quantize_e4m3_per_tensor``: an amax pass over the activation) that a
+#: served fp8 checkpoint, whose input scales are static, does not run. AIC measures that
+#: part on its own (``quantize/<fw>/<version>/computescale_perf.parquet``: dynamic minus
+#: static quantisation of an ``[m, k]`` activation).
+_COMPUTE_SCALE = ("quantize", "computescale_perf.parquet")
+
+
+def _static_input_scale(part: dict, gemm_path: Path, rel: str) -> None:
+    """Take the dynamic input-scale computation out of TensorRT-LLM's fp8 GEMM rows.
+
+    Each ``fp8`` row loses the compute-scale time of its ``(m, k)``, read from the table of
+    the same system and version and interpolated bilinearly in ``(log2 m, log2 k)``
+    (exact on AIC's grid, which the GEMM rows share); the rows' ``kernel`` becomes
+    ``torch_flow_static_scale``. Without that table the rows are kept as measured, with a
+    warning.
+
+    Notes
+    -----
+    On AIC 0.12.0 the subtraction leaves, at ``m <= 64``, 0.94-0.99x the block-scaled fp8
+    GEMM of the same shape (raw rows: 1.15-1.75x) on B200, H100, H200 and L40S, and never
+    less than a quarter of a row.
+    """
+    fp8 = np.asarray(part["dtype"] == "fp8")
+    if not fp8.any():
+        return
+    system_dir = gemm_path.parents[3]
+    table = system_dir / _COMPUTE_SCALE[0] / gemm_path.parent.parent.name / \
+        gemm_path.parent.name / _COMPUTE_SCALE[1]
+    if not table.is_file():
+        warnings.warn(f"{rel}: no {table.relative_to(system_dir.parent)}; TensorRT-LLM fp8 "
+                      f"GEMM rows kept with their dynamic input scale", stacklevel=4)
+        return
+    cs = pd.read_parquet(table, columns=["m", "k", "latency"])
+    grid = cs.pivot_table(index="m", columns="k", values="latency", aggfunc="mean")
+    interp = RegularGridInterpolator(
+        (np.log2(grid.index.to_numpy(float)), np.log2(grid.columns.to_numpy(float))),
+        grid.to_numpy(float), bounds_error=False, fill_value=None)
+    m = np.clip(part["m"][fp8], grid.index.min(), grid.index.max())
+    k = np.clip(part["k"][fp8], grid.columns.min(), grid.columns.max())
+    scale_s = np.maximum(interp(np.column_stack([np.log2(m), np.log2(k)])), 0.0) * 1e-3
+    latency = part["latency_s"].copy()
+    latency[fp8] -= scale_s
+    if (latency[fp8] <= 0).any():
+        raise MeasurementError(f"{rel}: an fp8 GEMM row is not longer than the compute-scale "
+                               f"time of its shape in {table.name}; the two tables disagree")
+    part["latency_s"] = latency
+    kernel = np.asarray(part["kernel"], dtype=object).copy()
+    kernel[fp8] = "torch_flow_static_scale"
+    part["kernel"] = pd.Categorical(kernel)
 
 
 def _find_aic_data(root: Path) -> Path:
