@@ -49,7 +49,7 @@ from serveplan.e2e_disagg import (
     server_wide,
     token_budget,
 )
-from serveplan.e2e_recipes import layout, mtp_depth, recipe_knobs
+from serveplan.e2e_recipes import AUTO_KV, layout, mtp_depth, recipe_knobs
 from serveplan.e2e_served import is_mla, served
 from serveplan.e2e_versions import engine_version, measured_date
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
@@ -291,6 +291,8 @@ def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
     tp, dp, ep = layout(row) if row_client(row) is BENCH_CLIENT else (row.tp, row.dp, row.ep)
     pool = {**base, "role": "colocated", "tp": tp, "pp": row.pp, "count": agg_workers(row),
             **_engine_flags(row, base, engine), **moe_fields(tp, dp, ep)}
+    if pool.get("kv_dtype") == AUTO_KV:  # the script's KV is the checkpoint's own
+        del pool["kv_dtype"]
     router = {"router": DP_DISPATCH[row.engine]} if row.dp > 1 else {}
     return {"pools": [pool], **router}
 

@@ -11,7 +11,11 @@ SGLang's ``--mem-fraction-static`` and TensorRT-LLM's ``free_gpu_memory_fraction
 script does not pass keeps the engine's default (:mod:`serveplan.estimator.runtime`). Every
 recipe turns prefix caching off (``--no-enable-prefix-caching``, ``--disable-radix-cache``,
 ``enable_block_reuse: false``) and none enables SGLang's mixed chunks or TensorRT-LLM's
-chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``.
+chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``. The KV cache is the
+precision profile's (fp8 for fp8 and fp4 rows, :mod:`serveplan.e2e_served`) where a script
+asks for fp8 KV; several Hopper scripts pass no KV dtype (vLLM, SGLang) or ``dtype: auto``
+(TensorRT-LLM), which is the checkpoint's 16-bit KV for these checkpoints: their recipes say
+``kv_dtype="auto"`` (:data:`AUTO_KV`).
 
 Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
 2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
@@ -30,11 +34,12 @@ from dataclasses import dataclass
 
 from serveplan.estimator.oracle import trtllm_cuda_graph_sizes
 
-__all__ = ["MTP_IMAGES", "NODE_GPUS", "RECIPES", "Recipe", "layout", "model_family", "mtp_depth",
-           "recipe_for", "recipe_knobs"]
+__all__ = ["AUTO_KV", "MTP_IMAGES", "NODE_GPUS", "RECIPES", "Recipe", "layout", "model_family",
+           "mtp_depth", "recipe_for", "recipe_knobs"]
 
 MAX_MODEL_LEN_PAD = 256  # the sweep generator's max_model_len = isl + osl + 256
 NODE_GPUS = 8  # every recipe here is a single-node launch on an eight-GPU HGX board
+AUTO_KV = "auto"  # a recipe's kv_dtype: the checkpoint's own (no KV flag, or ``dtype: auto``)
 
 _FAMILIES = (("deepseek-r1", "dsr1"), ("deepseek-v3", "dsr1"), ("kimi-k2.5", "kimik2.5"),
              ("minimax-m2.5", "minimaxm2.5"), ("qwen3.5-397b", "qwen3.5"),
@@ -62,6 +67,7 @@ class Recipe:
     gpus: tuple[str, ...]
     script: str
     knobs: Knobs
+    always_ep: bool = False  # experts spread over every rank whatever EP_SIZE says
 
 
 def _recv(high: int, low: int, at: int = 16) -> Callable[[object], int]:
@@ -141,10 +147,16 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("vllm", "gptoss", ("fp4",), ("b200", "b300"), _F + "gptoss_fp4_b200.sh",
            lambda r: dict(max_num_seqs=512, max_num_batched_tokens=8192,
                           gpu_memory_utilization=0.9)),
-    Recipe("vllm", "gptoss", ("fp4",), ("h100", "h200"), _F + "gptoss_fp4_h200.sh",
+    Recipe("vllm", "gptoss", ("fp4",), ("h100",), _F + "gptoss_fp4_h100.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=8192,
-                          gpu_memory_utilization=0.9)),
-    Recipe("vllm", "kimik2.5", ("int4",), ("b200", "b300", "h200"), _F + "kimik2.5_int4_b200.sh",
+                          gpu_memory_utilization=0.9, max_model_len=10240, kv_dtype=AUTO_KV)),
+    Recipe("vllm", "gptoss", ("fp4",), ("h200",), _F + "gptoss_fp4_h200.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.9, kv_dtype=AUTO_KV,
+                          max_model_len=r.isl + r.osl + (20 if _one_k(r) else 256))),
+    Recipe("vllm", "kimik2.5", ("int4",), ("b200", "b300"), _F + "kimik2.5_int4_b200.sh",
+           lambda r: dict(max_num_seqs=r.concurrency, gpu_memory_utilization=0.95)),
+    Recipe("vllm", "kimik2.5", ("int4",), ("h200",), _F + "kimik2.5_int4_h200.sh",
            lambda r: dict(max_num_seqs=r.concurrency, gpu_memory_utilization=0.95)),
     Recipe("vllm", "kimik2.5", ("fp4",), _BB, _F + "kimik2.5_fp4_b200.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=2 * r.isl,
@@ -155,9 +167,10 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("vllm", "minimaxm2.5", ("fp4",), _BB, _F + "minimaxm2.5_fp4_b200.sh",
            lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9)),
     Recipe("vllm", "minimaxm2.5", ("fp8",), ("h100",), _F + "minimaxm2.5_fp8_h100.sh",
-           lambda r: dict(max_num_seqs=256, gpu_memory_utilization=0.9)),
+           lambda r: dict(max_num_seqs=256, gpu_memory_utilization=0.9, kv_dtype=AUTO_KV)),
     Recipe("vllm", "minimaxm2.5", ("fp8",), ("h200",), _F + "minimaxm2.5_fp8_h200.sh",
-           lambda r: dict(gpu_memory_utilization=0.95)),
+           lambda r: dict(gpu_memory_utilization=0.95, kv_dtype=AUTO_KV),
+           always_ep=True),  # ``if [ "$EP_SIZE" -ge 1 ]; then EP=" --enable-expert-parallel"``
     Recipe("vllm", "70b", ("fp8", "fp4", "bf16", ""), ("h100", "h200", "b200", "b300"),
            "benchmarks/70b_fp8_h200_slurm.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=8192,
@@ -167,7 +180,8 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("sglang", "dsr1", ("fp8",), _BB, _F + "dsr1_fp8_b200.sh", _dsr1_fp8_sglang),
     Recipe("sglang", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200.sh",
            lambda r: dict(max_num_seqs=512 if r.isl == r.osl == 1024 else 256,
-                          max_num_batched_tokens=32768, gpu_memory_utilization=0.82)),
+                          max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
+                          kv_dtype=AUTO_KV)),
     Recipe("sglang", "glm5", ("fp4",), _BB, _F + "glm5_fp4_b200.sh",
            lambda r: dict(max_num_batched_tokens=32768, gpu_memory_utilization=0.9,
                           scheduler_recv_interval=10)),
@@ -175,7 +189,7 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=32768,
                           gpu_memory_utilization=0.85)),
     Recipe("sglang", "glm5", ("fp8",), ("h200",), _F + "glm5_fp8_h200.sh",
-           lambda r: dict(gpu_memory_utilization=0.85)),
+           lambda r: dict(gpu_memory_utilization=0.85, kv_dtype=AUTO_KV)),
     Recipe("sglang", "qwen3.5", ("bf16", ""), _BB, _F + "qwen3.5_bf16_b200.sh",
            lambda r: dict(max_num_seqs=128, max_num_batched_tokens=32768,
                           gpu_memory_utilization=0.82, scheduler_recv_interval=_recv(30, 10)(r))),
@@ -194,6 +208,11 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("sglang", "qwen3.5", ("fp8",), ("h200",), _F + "qwen3.5_fp8_h200.sh",
            lambda r: dict(max_num_seqs=128, max_num_batched_tokens=16384,
                           gpu_memory_utilization=0.8)),
+    # not stored at 8eec0d4; f89cdfe's version, which says it lowered the memory fraction
+    # (0.8 -> 0.75) and the chunk (16384 -> 8192) of an earlier one
+    Recipe("sglang", "qwen3.5", ("fp8",), ("h100",), _F + "qwen3.5_fp8_h100.sh",
+           lambda r: dict(max_num_seqs=64, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.75)),
     # ---- TensorRT-LLM (PyTorch backend)
     Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh", _dsr1_trtllm),
     Recipe("trtllm", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200_trt.sh",
@@ -204,10 +223,11 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=512, max_num_batched_tokens=20000,
                           gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency),
                           **_trt_adp(r))),
-    Recipe("trtllm", "gptoss", ("fp4",), ("h100", "h200"), _F + "gptoss_fp4_h200_trt.sh",
+    Recipe("trtllm", "gptoss", ("fp4",), ("h200",), _F + "gptoss_fp4_h200_trt.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=20000,
-                          gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency))),
-    Recipe("trtllm", "70b", ("fp8", "fp4", "bf16", ""), ("h100", "h200", "b200", "b300"),
+                          gpu_memory_utilization=0.85, kv_dtype=AUTO_KV,
+                          **_trt_graphs(r.concurrency))),
+    Recipe("trtllm", "70b", ("fp8", "fp4", "bf16", ""), ("h200", "b200", "b300"),
            "benchmarks/70b_fp4_b200_trt_slurm.sh", _llama_trtllm),
 )
 
@@ -253,10 +273,15 @@ def layout(row) -> tuple[int, int, int]:
     ``attention_dp`` 64 with ``enable_attention_dp``), ``moe_tp`` 8, ``moe_ep`` 8. A row with
     a recipe whose ``tp x dp = moe_tp x moe_ep`` is more GPUs than its node has
     (:data:`NODE_GPUS`) is therefore ``moe_tp`` GPUs (one rank of them, or that many
-    attention-DP ranks) with ``moe_ep``-way experts. Any other row as recorded."""
+    attention-DP ranks) with ``moe_ep``-way experts. A recipe whose script turns expert
+    parallelism on whatever ``EP_SIZE`` is (``always_ep``) spreads the experts over all
+    ``tp x dp`` GPUs. Any other row as recorded."""
     tp, dp, ep = row.tp, max(row.dp, 1), row.ep
-    if recipe_for(row) is None:
+    rc = recipe_for(row)
+    if rc is None:
         return tp, dp, ep
+    if rc.always_ep:  # the script turns expert parallelism on at every EP_SIZE
+        return tp, dp, tp * dp
     if dp > 1 and ep == tp * dp and tp % dp == 0:
         return tp // dp, dp, tp
     gpus = row.moe_tp

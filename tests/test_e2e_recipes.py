@@ -242,3 +242,44 @@ def test_gpu_steps_alone_leave_attention_dp_balance_out(aic):
     bare = deployment(row, aic, engine=False)
     assert "attention_dp_config" not in bare["pools"][0]
     resolve(bare)
+
+
+def test_hopper_scripts_without_a_kv_flag_run_the_checkpoints_kv(aic):
+    """gptoss_fp4_h200.sh, minimaxm2.5_fp8_h1/200.sh, dsr1_fp8_h200.sh and glm5_fp8_h200.sh
+    pass no KV dtype, gptoss_fp4_h200_trt.sh ``kv_cache_config: dtype: auto``: these
+    checkpoints carry no KV quantisation, so the cache is 16-bit, not the fp8 of the
+    precision profile; dsr1_fp8_h200_trt.sh and the B200 scripts ask for fp8."""
+    def kv(**kw):
+        row = _row(**{"system": "h200_sxm", "isl": 1024, "osl": 1024, **kw})
+        return deployment(row, aic)["pools"][0].get("kv_dtype")
+    assert kv() is None  # MiniMax-M2.5 fp8, vLLM
+    assert kv(model="openai/gpt-oss-120b", precision="fp4") is None
+    assert kv(engine="trtllm", model="openai/gpt-oss-120b", precision="fp4") is None
+    assert kv(engine="sglang", model="deepseek-ai/DeepSeek-R1", tp=8) is None
+    assert kv(engine="trtllm", model="deepseek-ai/DeepSeek-R1", tp=8) == "fp8"
+    assert kv(system="b200_sxm") == "fp8"
+    oracle = resolve(deployment(_row(system="h200_sxm"), aic)).pools[0].instance.oracle
+    assert oracle.kv_dtype == "bf16"
+
+
+def test_hopper_script_lengths_caps_and_expert_switches():
+    """gptoss_fp4_h100.sh: ``max-model-len: 10240``; gptoss_fp4_h200.sh: ISL + OSL + 20 for
+    1k/1k; minimaxm2.5_fp8_h200.sh turns on expert parallelism at ``EP_SIZE -ge 1`` (the
+    experts over all TP ranks), the H100 script only above 1; no TensorRT-LLM gpt-oss or
+    Llama script exists for H100; qwen3.5_fp8_h100.sh (f89cdfe): 64 running, 8192-token
+    chunks, memory fraction 0.75."""
+    from serveplan.e2e_recipes import layout
+
+    oss = dict(model="openai/gpt-oss-120b", precision="fp4", isl=1024, osl=1024)
+    assert recipe_knobs(_row(system="h100_sxm", **oss))["max_model_len"] == 10240
+    assert recipe_knobs(_row(system="h200_sxm", **oss))["max_model_len"] == 2068
+    assert layout(_row(system="h200_sxm", tp=4, ep=1)) == (4, 1, 4)
+    assert layout(_row(system="h100_sxm", tp=4, ep=1)) == (4, 1, 1)
+    assert recipe_for(_row(engine="trtllm", system="h100_sxm", **oss)) is None
+    assert recipe_for(_row(engine="trtllm", system="h100_sxm",
+                           model="meta-llama/Llama-3.1-70B")) is None
+    qwen = recipe_knobs(_row(engine="sglang", system="h100_sxm", concurrency=32,
+                             model="Qwen/Qwen3.5-397B-A17B"))
+    assert {k: qwen[k] for k in ("max_num_seqs", "max_num_batched_tokens",
+                                 "gpu_memory_utilization")} == {
+        "max_num_seqs": 64, "max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.75}
