@@ -11,7 +11,9 @@ SGLang's ``--mem-fraction-static`` and TensorRT-LLM's ``free_gpu_memory_fraction
 script does not pass keeps the engine's default (:mod:`serveplan.estimator.runtime`). Every
 recipe turns prefix caching off (``--no-enable-prefix-caching``, ``--disable-radix-cache``,
 ``enable_block_reuse: false``) and none enables SGLang's mixed chunks or TensorRT-LLM's
-chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``. The KV cache is the
+chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``; the fp8 and fp4 Qwen3.5
+scripts keep the recurrent state in bf16 (``--mamba-ssm-dtype bfloat16``; the checkpoint
+says fp32, which the bf16 scripts keep). The KV cache is the
 precision profile's (fp8 for fp8 and fp4 rows, :mod:`serveplan.e2e_served`) where a script
 asks for fp8 KV; several Hopper scripts pass no KV dtype (vLLM, SGLang) or ``dtype: auto``
 (TensorRT-LLM), which is the checkpoint's 16-bit KV for these checkpoints: their recipes say
@@ -112,6 +114,9 @@ def _dsr1_fp4_sglang(r) -> dict:
                 scheduler_recv_interval=1 if dpa else _recv(30, 10)(r))
 
 
+_BF16_STATE = dict(mamba_ssm_dtype="bf16")  # the fp8 / fp4 Qwen3.5 scripts' --mamba-ssm-dtype
+
+
 def _one_k(r) -> bool:
     return r.isl == r.osl == 1024
 
@@ -194,25 +199,27 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=128, max_num_batched_tokens=32768,
                           gpu_memory_utilization=0.82, scheduler_recv_interval=_recv(30, 10)(r))),
     Recipe("sglang", "qwen3.5", ("fp8",), _B, _F + "qwen3.5_fp8_b200.sh",
-           lambda r: dict(max_num_batched_tokens=8192, gpu_memory_utilization=0.8,
-                          scheduler_recv_interval=_recv(30, 10, 5)(r))),
+           lambda r: dict(max_num_batched_tokens=16384, gpu_memory_utilization=0.8,
+                          scheduler_recv_interval=_recv(30, 10, 5)(r), **_BF16_STATE)),
     Recipe("sglang", "qwen3.5", ("fp4",), _B, _F + "qwen3.5_fp4_b200.sh",
            lambda r: dict(max_num_batched_tokens=16384, gpu_memory_utilization=0.8,
-                          scheduler_recv_interval=_recv(30, 10, 5)(r))),
+                          scheduler_recv_interval=_recv(30, 10, 5)(r), **_BF16_STATE)),
     Recipe("sglang", "qwen3.5", ("fp8",), ("b300",), _F + "qwen3.5_fp8_b300.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=16384,
-                          gpu_memory_utilization=0.8, scheduler_recv_interval=10)),
+                          gpu_memory_utilization=0.8, scheduler_recv_interval=10,
+                          **_BF16_STATE)),
     Recipe("sglang", "qwen3.5", ("fp4",), ("b300",), _F + "qwen3.5_fp4_b300.sh",
            lambda r: dict(max_num_seqs=128, max_num_batched_tokens=32768,
-                          gpu_memory_utilization=0.8, scheduler_recv_interval=_recv(30, 10)(r))),
+                          gpu_memory_utilization=0.8, scheduler_recv_interval=_recv(30, 10)(r),
+                          **_BF16_STATE)),
     Recipe("sglang", "qwen3.5", ("fp8",), ("h200",), _F + "qwen3.5_fp8_h200.sh",
            lambda r: dict(max_num_seqs=128, max_num_batched_tokens=16384,
-                          gpu_memory_utilization=0.8)),
+                          gpu_memory_utilization=0.8, **_BF16_STATE)),
     # not stored at 8eec0d4; f89cdfe's version, which says it lowered the memory fraction
     # (0.8 -> 0.75) and the chunk (16384 -> 8192) of an earlier one
     Recipe("sglang", "qwen3.5", ("fp8",), ("h100",), _F + "qwen3.5_fp8_h100.sh",
            lambda r: dict(max_num_seqs=64, max_num_batched_tokens=8192,
-                          gpu_memory_utilization=0.75)),
+                          gpu_memory_utilization=0.75, **_BF16_STATE)),
     # ---- TensorRT-LLM (PyTorch backend)
     Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh", _dsr1_trtllm),
     Recipe("trtllm", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200_trt.sh",

@@ -81,6 +81,9 @@ DecodeRouter = Annotated[DecodeRouterName, BeforeValidator(
     lambda v: DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v)]
 """A decode router name, its aliases (``rr``, ``ils``, ...) accepted."""
 DTypeName = Literal["bf16", "fp16", "fp8"]
+STATE_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+StateDType = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(  # torch names too
+    lambda v: STATE_DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v)]
 WeightDTypeName = Literal["bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4"]
 WEIGHT_DTYPE_ALIASES = {"fp4": "nvfp4"}
 WeightDType = Annotated[WeightDTypeName, BeforeValidator(  # the dtype shorthand; fp4 = NVFP4
@@ -152,6 +155,10 @@ class InstanceConfig(EngineConfig):
         None, description="Every weight class in one format: bf16, fp16, fp8, fp8_block, "
         "nvfp4 (or fp4), mxfp4, int4; default: the checkpoint's quantization.")
     kv_dtype: DTypeName | None = None
+    mamba_ssm_dtype: StateDType | None = Field(
+        None, description="dtype of a hybrid model's recurrent (linear-attention / SSM) "
+        "state, as vLLM's and SGLang's --mamba-ssm-dtype: fp32, bf16 or fp16 (float32, "
+        "bfloat16, float16); default: the checkpoint's mamba_ssm_dtype (fp32 for Qwen3.5).")
     quantization: str | dict[str, Any] | None = Field(
         None, description="A checkpoint's quantization applied to the model's layers: a path "
         "to ModelOpt's hf_quant_config.json or to a config.json with a quantization_config, or "

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 from serveplan.afd import ResolvedFFN, afd_cost, describe_afd, ffn_max_tokens, resolve_ffn
 from serveplan.deployments import strategy_name
-from serveplan.estimator.catalog import resolve_gpu
+from serveplan.estimator.catalog import resolve_gpu, resolve_model
+from serveplan.estimator.errors import SpecError
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
 from serveplan.estimator.oracle import (
@@ -28,7 +29,7 @@ from serveplan.estimator.oracle import (
     trtllm_cuda_graph_sizes,
 )
 from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
-from serveplan.estimator.specs import GPUSpec, Parallelism
+from serveplan.estimator.specs import GPUSpec, ModelSpec, Parallelism
 from serveplan.pools_config import (
     MAX_BLOCKS,
     AnyDeployment,
@@ -246,6 +247,18 @@ def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: in
     return max(page, value // d.dp // page * page)
 
 
+def instance_model(d: InstanceConfig) -> ModelSpec | str:
+    """The instance's model: its name, or its spec with the recurrent state in
+    ``mamba_ssm_dtype`` when the pool sets one (a hybrid model only)."""
+    if d.mamba_ssm_dtype is None:
+        return d.model
+    model = resolve_model(d.model)
+    if not model.num_linear_layers:
+        raise SpecError(f"mamba_ssm_dtype: {model.name} has no linear-attention (SSM) layers "
+                        f"whose recurrent state it would set; leave it unset")
+    return model.model_copy(update={"linear_state_dtype": d.mamba_ssm_dtype})
+
+
 def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeployment:
     """Fill the engine's defaults (vLLM's without an engine) and size the KV cache of one
     instance type (``weights_role: attention``: an attention instance, without the FFN).
@@ -256,7 +269,7 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     rt = _engine_runtime(d, gpu)
     max_num_seqs = _dp_rank_share(rt, d, _knob(d, "max_num_seqs", rt))
     padding = _graph_padding(d, rt)
-    oracle = CostOracle(d.model, gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
+    oracle = CostOracle(instance_model(d), gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
                         dtype=instance_dtype(d), kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph,
                         piecewise_cuda_graph=rt is not None and rt.entry.piecewise_cuda_graph,
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,

@@ -283,3 +283,19 @@ def test_hopper_script_lengths_caps_and_expert_switches():
     assert {k: qwen[k] for k in ("max_num_seqs", "max_num_batched_tokens",
                                  "gpu_memory_utilization")} == {
         "max_num_seqs": 64, "max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.75}
+
+
+def test_qwen35_scripts_keep_a_bf16_recurrent_state():
+    """qwen3.5_fp8_b200.sh: ``--mamba-ssm-dtype bfloat16 --chunked-prefill-size 16384``
+    (and ``--scheduler-recv-interval`` 30 above 4 clients); the fp4 / B300 / Hopper fp8
+    scripts pass the same state dtype, the bf16 scripts none (the checkpoint's fp32)."""
+    def knobs(**kw):
+        return recipe_knobs(_row(**{"engine": "sglang", "model": "Qwen/Qwen3.5-397B-A17B",
+                                    "concurrency": 8, **kw}))
+    fp8 = knobs()
+    assert fp8["mamba_ssm_dtype"] == "bf16" and fp8["max_num_batched_tokens"] == 16384
+    assert fp8["scheduler_recv_interval"] == 30 and knobs(concurrency=4)[
+        "scheduler_recv_interval"] == 10
+    for kw in (dict(precision="fp4"), dict(system="b300_sxm"), dict(system="h200_sxm")):
+        assert knobs(**kw)["mamba_ssm_dtype"] == "bf16"
+    assert "mamba_ssm_dtype" not in knobs(precision="bf16")

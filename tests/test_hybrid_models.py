@@ -237,3 +237,32 @@ def test_measured_rows_are_no_longer_refused_for_their_architecture():
     bf16 = [r for r in rows if r.precision == "bf16" and r.mode == "agg" and r.dp == r.ep == 1
             and r.system == "b200_sxm"]
     assert bf16 and e2e.expressible(bf16[0], E2E) is None
+
+
+def test_a_bf16_recurrent_state_halves_the_state_pool():
+    """``--mamba-ssm-dtype bfloat16`` (the fp8 / fp4 Qwen3.5 launch scripts): one rank's
+    recurrent state of a linear layer is hv dv dk = 8 x 128 x 128 elements at 2 B instead of
+    4 (262,144 B), its conv state (2 x 256 + 1024 channels x 3 taps x 2 B = 9,216 B) stays:
+    271,360 B a layer, so 32 slots of 45 layers leave the full layers that much more."""
+    from serveplan.resolution import resolve
+
+    pool = {"role": "colocated", "model": "qwen3.5-397b-a17b", "gpu": "b200", "tp": 8,
+            "engine": "sglang", "max_model_len": 16384, "enable_prefix_caching": False,
+            "max_num_seqs": 32}
+    fp32 = resolve({"pools": [pool]}).pools[0].instance
+    bf16 = resolve({"pools": [{**pool, "mamba_ssm_dtype": "bfloat16"}]}).pools[0].instance
+    assert fp32.memory["state_bytes_per_request"] == 45 * 533504
+    assert bf16.memory["state_bytes_per_request"] == 45 * 271360
+    assert bf16.oracle.model.linear_state_dtype == "bf16"
+    rest = fp32.memory["available_kv_bytes"] + 32 * 45 * 533504  # the budget before states
+    assert bf16.memory["kv_tokens"] == math.floor((rest - 32 * 45 * 271360) / (15 * 1024))
+    assert bf16.memory["kv_tokens"] > fp32.memory["kv_tokens"]
+
+
+def test_the_state_dtype_of_a_model_without_linear_layers_is_refused():
+    from serveplan.resolution import resolve
+
+    pool = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100",
+            "mamba_ssm_dtype": "bf16"}
+    with pytest.raises(SpecError, match="mamba_ssm_dtype: .*no linear-attention"):
+        resolve({"pools": [pool]})
