@@ -299,3 +299,14 @@ def test_qwen35_scripts_keep_a_bf16_recurrent_state():
     for kw in (dict(precision="fp4"), dict(system="b300_sxm"), dict(system="h200_sxm")):
         assert knobs(**kw)["mamba_ssm_dtype"] == "bf16"
     assert "mamba_ssm_dtype" not in knobs(precision="bf16")
+
+
+def test_llama_trtllm_budget_by_precision():
+    """70b_fp8_b200_trt_slurm.sh (a267b4b) launches ``--max_num_tokens 16384``,
+    70b_fp4_b200_trt_slurm.sh ``--max_num_tokens $MAX_MODEL_LEN`` (the sweep's ISL + OSL +
+    256): at 1k/1k that is 16384 and 2304 tokens."""
+    def tokens(precision):
+        return recipe_knobs(_row(engine="trtllm", model="meta-llama/Llama-3.1-70B", isl=1024,
+                                 osl=1024, tp=4, precision=precision))["max_num_batched_tokens"]
+    assert tokens("fp8") == 16384
+    assert tokens("fp4") == 2304
