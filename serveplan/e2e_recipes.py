@@ -287,12 +287,16 @@ def layout(row) -> tuple[int, int, int]:
     attention-DP ranks) with ``moe_ep``-way experts. A recipe whose script turns expert
     parallelism on whatever ``EP_SIZE`` is (``always_ep``) spreads the experts over all
     ``tp x dp`` GPUs. Any other row as recorded."""
-    tp, dp, ep = row.tp, max(row.dp, 1), row.ep
     rc = recipe_for(row)
     if rc is None:
-        return tp, dp, ep
-    if rc.always_ep:  # the script turns expert parallelism on at every EP_SIZE
-        return tp, dp, tp * dp
+        return row.tp, max(row.dp, 1), row.ep
+    tp, dp, ep = _worker_layout(row)
+    return (tp, dp, tp * dp) if rc.always_ep else (tp, dp, ep)
+
+
+def _worker_layout(row) -> tuple[int, int, int]:
+    """The GPUs of a recipe's worker as :func:`layout` reads them off the export."""
+    tp, dp, ep = row.tp, max(row.dp, 1), row.ep
     if dp > 1 and ep == tp * dp and tp % dp == 0:
         return tp // dp, dp, tp
     gpus = row.moe_tp
