@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from serveplan.e2e import E2ERow, deployment
-from serveplan.e2e_recipes import model_family, recipe_for, recipe_knobs
+from serveplan.e2e_recipes import RECIPES, model_family, recipe_for, recipe_knobs
 from serveplan.resolution import resolve
 
 
@@ -310,3 +310,33 @@ def test_llama_trtllm_budget_by_precision():
                                  osl=1024, tp=4, precision=precision))["max_num_batched_tokens"]
     assert tokens("fp8") == 16384
     assert tokens("fp4") == 2304
+
+
+HOPPER_MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "gptoss": "openai/gpt-oss-120b",
+                 "kimik2.5": "moonshotai/Kimi-K2.5", "minimaxm2.5": "MiniMaxAI/MiniMax-M2.5",
+                 "qwen3.5": "Qwen/Qwen3.5-397B-A17B", "glm5": "zhipuai/GLM-5",
+                 "70b": "meta-llama/Llama-3.1-70B"}
+HOPPER_RECIPES = [(rc.engine, rc.family, rc.precisions[0], gpu) for rc in RECIPES
+                  for gpu in rc.gpus if gpu in ("h100", "h200")]
+
+
+@pytest.mark.parametrize("engine, family, precision, gpu", HOPPER_RECIPES)
+def test_every_hopper_recipe_resolves_on_eight_gpus(engine, family, precision, gpu, aic):
+    """A row of each Hopper recipe (eight GPUs, 1k/1k, 16 clients) is expressible and its
+    deployment resolves with the script's running cap and KV dtype."""
+    from serveplan.e2e import expressible, resolve_row
+
+    quant = {"fp8": "fp8_block", "fp4": "nvfp4", "int4": "w4a16"}.get(precision, "")
+    row = _row(engine=engine, model=HOPPER_MODELS[family], precision=precision,
+               system=f"{gpu}_sxm", isl=1024, osl=1024, concurrency=16, batch_size=16, tp=8,
+               gemm_quant="" if precision == "int4" else quant, moe_quant=quant)
+    assert expressible(row, aic) is None
+    pool = resolve_row(row, aic).pools[0]
+    knobs = recipe_knobs(row)
+    if "max_num_seqs" in knobs:
+        assert pool.instance.params.max_num_seqs == knobs["max_num_seqs"]
+    want_kv = {"auto": None}.get(knobs.get("kv_dtype", "fp8"), "fp8")
+    if precision in ("fp8", "fp4") and want_kv == "fp8":
+        assert pool.instance.oracle.kv_dtype == "fp8"
+    elif precision in ("fp8", "fp4"):
+        assert pool.instance.oracle.kv_dtype == "bf16"
