@@ -70,6 +70,7 @@ class Recipe:
     script: str
     knobs: Knobs
     always_ep: bool = False  # experts spread over every rank whatever EP_SIZE says
+    attention_dp: bool = False  # the script has a DP_ATTENTION switch (else it ignores it)
 
 
 def _recv(high: int, low: int, at: int = 16) -> Callable[[object], int]:
@@ -172,7 +173,8 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9,
                           block_size=32)),
     Recipe("vllm", "minimaxm2.5", ("fp4",), _BB, _F + "minimaxm2.5_fp4_b200.sh",
-           lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9)),
+           lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9),
+           attention_dp=True),
     Recipe("vllm", "minimaxm2.5", ("fp8",), ("h100",), _F + "minimaxm2.5_fp8_h100.sh",
            lambda r: dict(max_num_seqs=256, gpu_memory_utilization=0.9, kv_dtype=AUTO_KV)),
     Recipe("vllm", "minimaxm2.5", ("fp8",), ("h200",), _F + "minimaxm2.5_fp8_h200.sh",
@@ -183,7 +185,8 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=8192,
                           gpu_memory_utilization=0.9, async_scheduling=True)),
     # ---- SGLang
-    Recipe("sglang", "dsr1", ("fp4",), _BB, _F + "dsr1_fp4_b200.sh", _dsr1_fp4_sglang),
+    Recipe("sglang", "dsr1", ("fp4",), _BB, _F + "dsr1_fp4_b200.sh", _dsr1_fp4_sglang,
+           attention_dp=True),  # 25cbe71's version
     Recipe("sglang", "dsr1", ("fp8",), _BB, _F + "dsr1_fp8_b200.sh", _dsr1_fp8_sglang),
     Recipe("sglang", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200.sh",
            lambda r: dict(max_num_seqs=512 if r.isl == r.osl == 1024 else 256,
@@ -223,19 +226,23 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=64, max_num_batched_tokens=8192,
                           gpu_memory_utilization=0.75, **_BF16_STATE)),
     # ---- TensorRT-LLM (PyTorch backend)
-    Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh", _dsr1_trtllm),
+    Recipe("trtllm", "dsr1", ("fp4", "fp8"), _BB, _F + "dsr1_fp8_b200_trt.sh", _dsr1_trtllm,
+           attention_dp=True),
     Recipe("trtllm", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200_trt.sh",
            lambda r: dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=0.75,
                           **_trt_graphs(128), **_trt_adp(r, batching_wait_iters=0,
-                                                         timeout_iters=60))),
+                                                         timeout_iters=60)),
+           attention_dp=True),
     Recipe("trtllm", "gptoss", ("fp4",), _BB, "benchmarks/gptoss_fp4_b200_trt.sh",
            lambda r: dict(max_num_seqs=512, max_num_batched_tokens=20000,
                           gpu_memory_utilization=0.85, **_trt_graphs(r.concurrency),
-                          **_trt_adp(r))),
+                          **_trt_adp(r)),
+           attention_dp=True),
     Recipe("trtllm", "gptoss", ("fp4",), ("h200",), _F + "gptoss_fp4_h200_trt.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=20000,
                           gpu_memory_utilization=0.85, kv_dtype=AUTO_KV,
-                          **_trt_graphs(r.concurrency))),
+                          **_trt_graphs(r.concurrency)),
+           attention_dp=True),
     Recipe("trtllm", "70b", ("fp8",), ("h200", "b200", "b300"),
            "benchmarks/70b_fp8_b200_trt_slurm.sh", _llama_trtllm),  # H200: a267b4b's copy
     Recipe("trtllm", "70b", ("fp4", "bf16", ""), ("h200", "b200", "b300"),
@@ -284,13 +291,19 @@ def layout(row) -> tuple[int, int, int]:
     ``attention_dp`` 64 with ``enable_attention_dp``), ``moe_tp`` 8, ``moe_ep`` 8. A row with
     a recipe whose ``tp x dp = moe_tp x moe_ep`` is more GPUs than its node has
     (:data:`NODE_GPUS`) is therefore ``moe_tp`` GPUs (one rank of them, or that many
-    attention-DP ranks) with ``moe_ep``-way experts. A recipe whose script turns expert
-    parallelism on whatever ``EP_SIZE`` is (``always_ep``) spreads the experts over all
-    ``tp x dp`` GPUs. Any other row as recorded."""
+    attention-DP ranks) with ``moe_ep``-way experts. A row recorded with attention DP whose
+    script has no ``DP_ATTENTION`` switch (``Recipe.attention_dp`` false: the vLLM MiniMax
+    fp8 and Kimi scripts, among others) ran ``--tensor-parallel-size $TP``: one worker of
+    ``tp`` GPUs, with its experts over them when the export records expert parallelism. A
+    recipe whose script turns expert parallelism on whatever ``EP_SIZE`` is (``always_ep``)
+    spreads the experts over all ``tp x dp`` GPUs. Any other row as recorded."""
     rc = recipe_for(row)
     if rc is None:
         return row.tp, max(row.dp, 1), row.ep
-    tp, dp, ep = _worker_layout(row)
+    if row.dp > 1 and not rc.attention_dp:  # DP_ATTENTION set, but the script ignores it
+        tp, dp, ep = row.tp, 1, row.tp if row.ep > 1 else 1
+    else:
+        tp, dp, ep = _worker_layout(row)
     return (tp, dp, tp * dp) if rc.always_ep else (tp, dp, ep)
 
 

@@ -340,3 +340,21 @@ def test_every_hopper_recipe_resolves_on_eight_gpus(engine, family, precision, g
         assert pool.instance.oracle.kv_dtype == "fp8"
     elif precision in ("fp8", "fp4"):
         assert pool.instance.oracle.kv_dtype == "bf16"
+
+
+def test_scripts_without_a_dp_switch_ignore_attention_dp(aic):
+    """minimaxm2.5_fp8_b200.sh and kimik2.5_fp4_b200.sh launch ``--tensor-parallel-size=$TP``
+    (plus ``--enable-expert-parallel`` when ``EP_SIZE > 1``) and read no DP_ATTENTION; only
+    minimaxm2.5_fp4_b200.sh turns it into ``--tensor-parallel-size=1
+    --data-parallel-size=$TP``. A dp-attn row of the former is one TP worker with its
+    experts over its GPUs."""
+    from serveplan.e2e_recipes import layout
+
+    fp8 = _row(precision="fp8", tp=2, dp=2, ep=4, concurrency=8, batch_size=4)
+    assert layout(fp8) == (2, 1, 2)
+    kimi = _row(model="moonshotai/Kimi-K2.5", precision="fp4", version="0.17.0", tp=4, dp=4,
+                ep=16, concurrency=4, batch_size=1, gemm_quant="nvfp4", moe_quant="nvfp4")
+    assert layout(kimi) == (4, 1, 4)
+    pool = deployment(kimi, aic)["pools"][0]
+    assert pool["tp"] == 4 and pool["ep"] == 4 and pool["dp"] == 1 and pool["count"] == 1
+    assert layout(_row(precision="fp4", tp=4, dp=4, ep=16)) == (1, 4, 4)  # the fp4 switch
