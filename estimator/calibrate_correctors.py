@@ -11,7 +11,7 @@ import pandas as pd
 
 from serveplan.kernels import roofline as K
 
-from .calibrate_rows import MIN_ROWS, _norm16, select_training_rows
+from .calibrate_rows import MIN_ROWS, oracle_dtype, select_training_rows
 from .catalog import resolve_gpu
 from .corrector_fit import GridRegressor
 from .correctors import FAMILY_AXES, GridTable, axes_for, find_table
@@ -33,7 +33,7 @@ CORRECTOR_PLAN = (
     ("gemm", "dtype", ("bf16", "fp8", "nvfp4")),
     ("attention_prefill", "kv_dtype", ("bf16", "fp8")),
     ("attention_decode", "kv_dtype", ("bf16", "fp8")),
-    ("moe", "dtype", ("bf16", "fp8", "fp8_block", "nvfp4")),
+    ("moe", "dtype", ("bf16", "fp8", "fp8_block", "nvfp4", "int4")),
     ("allreduce", "phase", ("prefill", "decode")),
     ("alltoall", None, (None,)),
 )
@@ -102,9 +102,9 @@ def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
 def _row_table_keys(df: pd.DataFrame, family: str, phase: np.ndarray) -> np.ndarray:
     """The selection value each row of ``family`` is priced with (as the oracle picks)."""
     if family in ("gemm", "moe"):
-        return _norm16(df["dtype"])
+        return oracle_dtype(df["dtype"])
     if family.startswith("attention"):
-        return _norm16(df["kv_dtype"].astype(str).replace("", "bf16"))
+        return oracle_dtype(df["kv_dtype"].astype(str).replace("", "bf16"))
     if family == "allreduce":
         return np.where(phase == K.PHASE_DECODE, "decode", "prefill")
     return np.full(len(df), "", dtype=object)

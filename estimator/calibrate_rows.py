@@ -10,7 +10,8 @@ import pandas as pd
 
 from .opwork import COMM_FAMILIES
 
-__all__ = ["DEFAULT_MOE_DISTRIBUTION", "MIN_ROWS", "select_training_rows"]
+__all__ = ["DEFAULT_MOE_DISTRIBUTION", "MIN_ROWS", "ORACLE_DTYPE", "oracle_dtype",
+           "select_training_rows"]
 
 #: Router distribution the MoE constants and correctors are fitted on: uniform, like the
 #: roofline's routing model (``ops.moe_routing``); skewed routing is a workload property
@@ -19,9 +20,16 @@ DEFAULT_MOE_DISTRIBUTION = "balanced"
 MIN_ROWS = 20  # fewest rows a family (or corrector table) is fitted on
 
 
-def _norm16(dtype: pd.Series) -> np.ndarray:
+#: Measured dtype labels -> the format name the oracle looks corrector tables up by
+#: (:func:`~.quantization.corrector_dtype`): fp16 counts as bf16, AIConfigurator's
+#: weight-only int4 is the oracle's ``int4``.
+ORACLE_DTYPE = {"fp16": "bf16", "int4_wo": "int4"}
+
+
+def oracle_dtype(dtype: pd.Series) -> np.ndarray:
+    """Each row's dtype as the oracle's corrector tables are keyed (:data:`ORACLE_DTYPE`)."""
     d = dtype.astype(str).to_numpy()
-    return np.where(d == "fp16", "bf16", d)
+    return np.array([ORACLE_DTYPE.get(x, x) for x in d], dtype=object) if len(d) else d
 
 
 def _main_kernel(df: pd.DataFrame) -> pd.Series:
@@ -46,7 +54,7 @@ def _main_kernel(df: pd.DataFrame) -> pd.Series:
 def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.ndarray:
     """Boolean mask of the rows a family fit (or one corrector table) uses.
 
-    ``select`` keys: ``dtype`` (GEMM / MoE weights; fp16 counts as bf16), ``kv_dtype``
+    ``select`` keys: ``dtype`` (GEMM / MoE weights, as :func:`oracle_dtype`), ``kv_dtype``
     (attention), ``phase`` (collectives: ``prefill`` eager / ``decode`` graph runs).
     Attention uses full-attention rows (no sliding window); MoE the default router
     distribution (:data:`DEFAULT_MOE_DISTRIBUTION`, when present); all-reduce the
@@ -57,12 +65,12 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
     if family not in COMM_FAMILIES:  # collectives: graph and eager runs are both wanted
         mask &= _main_kernel(df).to_numpy()
     if "dtype" in select:
-        mask &= _norm16(df["dtype"]) == select["dtype"]
+        mask &= oracle_dtype(df["dtype"]) == select["dtype"]
     if family.startswith("attention"):
         window = pd.to_numeric(df.get("window_size"), errors="coerce")
         mask &= np.nan_to_num(np.asarray(window, dtype=float)) == 0
         if "kv_dtype" in select:
-            kv = _norm16(df["kv_dtype"].astype(str).replace("", "bf16"))
+            kv = oracle_dtype(df["kv_dtype"].astype(str).replace("", "bf16"))
             mask &= kv == select["kv_dtype"]
     if family == "moe":
         dist = df["moe_distribution"].astype(str).to_numpy()

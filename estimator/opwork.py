@@ -44,10 +44,13 @@ COMPUTE_FAMILIES = {"gemm": "gemm", "attention_prefill": "attention",
 COMM_FAMILIES = ("allreduce", "alltoall")
 #: Weight dtypes the oracle can cost -> (bytes per weight, peak FLOP/s key).
 #: NVFP4 weights take their format's bytes (fp8 scales per 16 included) and run on the fp4
-#: tensor cores, as the oracle prices them (:mod:`.quantization`).
+#: tensor cores, as the oracle prices them (:mod:`.quantization`); AIConfigurator's
+#: ``int4_wo`` (int4 weights, 16-bit activations) takes int4's bytes (fp16 scale per 128)
+#: at the 16-bit peak, as the oracle prices w4a16.
 WEIGHT_DTYPES = {"bf16": (2.0, "bf16"), "fp16": (2.0, "fp16"), "fp8": (1.0, "fp8"),
                  "fp8_block": (1.0, "fp8"),
-                 "nvfp4": (TensorFormat(kind="nvfp4").bytes_per_element, "fp4")}
+                 "nvfp4": (TensorFormat(kind="nvfp4").bytes_per_element, "fp4"),
+                 "int4_wo": (TensorFormat(kind="int4").bytes_per_element, "bf16")}
 ACT_BYTES = 2.0  # activations are 16-bit, as in the op tables
 DECODE_MAX_TOKENS = 512  # GEMM / MoE rows with at most this many tokens count as decode-sized
 _FAMILY_CODE = {name: i for i, name in enumerate(K.FAMILY_NAMES)}
