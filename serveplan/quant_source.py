@@ -9,7 +9,8 @@ one parser (:func:`~serveplan.estimator.quant_config.parse_quantization`) agains
 model's layers, so exclusion lists that name layers (``model.layers.3.self_attn.q_a_proj``)
 resolve as they do for the checkpoint itself. What is modelled is the storage format of each
 weight class, the KV cache dtype and the GEMM compute dtype (:mod:`~.estimator.quantization`);
-the quantized checkpoint's numerics (accuracy) are not.
+the quantized checkpoint's numerics (accuracy) are not. A hybrid model's recurrent state
+takes the instance's ``mamba_ssm_dtype`` when it sets one (:func:`instance_model`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from serveplan.estimator.quant_config import LayerCounts, parse_quantization
 from serveplan.estimator.quantization import Quantization
 from serveplan.estimator.specs import ModelSpec
 
-__all__ = ["instance_dtype", "load_quantization"]
+__all__ = ["instance_dtype", "instance_model", "load_quantization"]
 
 FIELD = "quantization"
 
@@ -77,3 +78,16 @@ def instance_dtype(config) -> str | Quantization | None:
     if config.quantization is None:
         return config.dtype
     return load_quantization(config.quantization, config.model)
+
+
+def instance_model(config) -> ModelSpec | str:
+    """What a :class:`~serveplan.pools_config.InstanceConfig` gives the cost oracle as its
+    model: the name, or the spec with the recurrent state in ``mamba_ssm_dtype`` when the
+    pool sets one (a hybrid model only)."""
+    if config.mamba_ssm_dtype is None:
+        return config.model
+    model = resolve_model(config.model)
+    if not model.num_linear_layers:
+        raise SpecError(f"mamba_ssm_dtype: {model.name} has no linear-attention (SSM) layers "
+                        f"whose recurrent state it would set; leave it unset")
+    return model.model_copy(update={"linear_state_dtype": config.mamba_ssm_dtype})

@@ -19,8 +19,7 @@ from dataclasses import dataclass, replace
 
 from serveplan.afd import ResolvedFFN, afd_cost, describe_afd, ffn_max_tokens, resolve_ffn
 from serveplan.deployments import strategy_name
-from serveplan.estimator.catalog import resolve_gpu, resolve_model
-from serveplan.estimator.errors import SpecError
+from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
 from serveplan.estimator.oracle import (
@@ -29,7 +28,7 @@ from serveplan.estimator.oracle import (
     trtllm_cuda_graph_sizes,
 )
 from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
-from serveplan.estimator.specs import GPUSpec, ModelSpec, Parallelism
+from serveplan.estimator.specs import GPUSpec, Parallelism
 from serveplan.pools_config import (
     MAX_BLOCKS,
     AnyDeployment,
@@ -41,7 +40,7 @@ from serveplan.pools_config import (
     to_legacy,
     to_pools,
 )
-from serveplan.quant_source import instance_dtype
+from serveplan.quant_source import instance_dtype, instance_model
 from serveplan.sim.costs import FittedThroughputCost
 from serveplan.sim.cpu_tier import CPUTier
 from serveplan.sim.engine import EngineParams
@@ -245,18 +244,6 @@ def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: in
     if rt is None or rt.engine not in DP_SHARED_LIMITS or d.dp == 1:
         return value
     return max(page, value // d.dp // page * page)
-
-
-def instance_model(d: InstanceConfig) -> ModelSpec | str:
-    """The instance's model: its name, or its spec with the recurrent state in
-    ``mamba_ssm_dtype`` when the pool sets one (a hybrid model only)."""
-    if d.mamba_ssm_dtype is None:
-        return d.model
-    model = resolve_model(d.model)
-    if not model.num_linear_layers:
-        raise SpecError(f"mamba_ssm_dtype: {model.name} has no linear-attention (SSM) layers "
-                        f"whose recurrent state it would set; leave it unset")
-    return model.model_copy(update={"linear_state_dtype": d.mamba_ssm_dtype})
 
 
 def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeployment:
