@@ -186,7 +186,7 @@ RECIPES: tuple[Recipe, ...] = (
                           gpu_memory_utilization=0.9, async_scheduling=True)),
     # ---- SGLang
     Recipe("sglang", "dsr1", ("fp4",), _BB, _F + "dsr1_fp4_b200.sh", _dsr1_fp4_sglang,
-           attention_dp=True),  # 25cbe71's version
+           attention_dp=True),  # 25cbe715's version (the DP branch)
     Recipe("sglang", "dsr1", ("fp8",), _BB, _F + "dsr1_fp8_b200.sh", _dsr1_fp8_sglang),
     Recipe("sglang", "dsr1", ("fp8",), ("h200",), _F + "dsr1_fp8_h200.sh",
            lambda r: dict(max_num_seqs=512 if r.isl == r.osl == 1024 else 256,
