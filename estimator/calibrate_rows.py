@@ -29,7 +29,10 @@ ORACLE_DTYPE = {"fp16": "bf16", "int4_wo": "int4"}
 def oracle_dtype(dtype: pd.Series) -> np.ndarray:
     """Each row's dtype as the oracle's corrector tables are keyed (:data:`ORACLE_DTYPE`)."""
     d = dtype.astype(str).to_numpy()
-    return np.array([ORACLE_DTYPE.get(x, x) for x in d], dtype=object) if len(d) else d
+    out = d.astype(object)  # object: a key may be longer than every label
+    for measured, key in ORACLE_DTYPE.items():
+        out[d == measured] = key
+    return out
 
 
 def _main_kernel(df: pd.DataFrame) -> pd.Series:
