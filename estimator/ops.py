@@ -9,7 +9,12 @@ Two operator sets:
 
 ``fused`` (default, vLLM): merged QKV and gate-up projections, fused residual-add + norm,
 fused SiLU-and-mul, FlashAttention for prefill (score matrix never in HBM; K/V streamed
-once per query tile) and paged attention for decode (each request's KV read once).
+once per query tile) and paged attention for decode (each request's KV read once). With
+``allreduce_fusion`` and ``tp > 1`` the residual-add + RMSNorm after each all-reduce runs
+inside the all-reduce kernel (TensorRT-LLM's ``AllReduceFusionOp.RESIDUAL_RMS_NORM``,
+SGLang's ``--enable-flashinfer-allreduce-fusion``): the two per-layer norm rows are
+dropped (the network's first norm, which follows no all-reduce, stands in for the final
+norm's, which does and is kept).
 
 Weights are charged the bytes of their class's storage format, scales included
 (:class:`~.quantization.Quantization`); each row keeps its weight class in
@@ -149,7 +154,8 @@ class _Builder:
 
 def build_ops(model: ModelSpec, par: Parallelism,
               weight_dtype: str | Quantization | None = None, kv_dtype: str | None = None,
-              impl: str = "fused", redundant_experts: int = 0) -> OpTable:
+              impl: str = "fused", redundant_experts: int = 0,
+              allreduce_fusion: bool = False) -> OpTable:
     """Operator table of one rank for ``model`` split by ``par``.
 
     ``weight_dtype``: the checkpoint's quantization when None, a ``--dtype`` shorthand
@@ -157,6 +163,7 @@ def build_ops(model: ModelSpec, par: Parallelism,
     :class:`~.quantization.Quantization`; ``kv_dtype`` overrides its KV cache dtype
     (:func:`~.quantization.resolve_quantization`). Activations are 16-bit. EPLB's
     ``redundant_experts`` (:mod:`.routing`) add ``redundant_experts / ep`` to each rank.
+    ``allreduce_fusion``: the per-layer RMSNorms ride on the all-reduces (module docstring).
     """
     par.check_model(model)
     quant = resolve_quantization(model.quantization, model.dtype, weight_dtype, kv_dtype)
@@ -171,8 +178,9 @@ def build_ops(model: ModelSpec, par: Parallelism,
 
     # ---- norms -------------------------------------------------------------------------
     per_norm = model.norms_per_layer / 2.0  # gemma-2 has a pre and a post norm per block
-    for mod, tag in ((MOD_NORM1, "input_norm"), (MOD_NORM2, "post_norm")):
-        _norm(b, tag, mod, model, h, act, eager, per_norm)
+    if not norms_on_allreduce(model, par, impl, allreduce_fusion):
+        for mod, tag in ((MOD_NORM1, "input_norm"), (MOD_NORM2, "post_norm")):
+            _norm(b, tag, mod, model, h, act, eager, per_norm)
 
     # ---- attention ---------------------------------------------------------------------
     if model.attention == "mla":
@@ -198,6 +206,15 @@ def build_ops(model: ModelSpec, par: Parallelism,
     _norm(b, "final_norm", MOD_FNORM, model, h, act, eager, 1.0, final=True)
     _head(b, model, V, act)
     return OpTable(np.array(b.rows), b.names, moe_frac, b.wclass, quant)
+
+
+def norms_on_allreduce(model: ModelSpec, par: Parallelism, impl: str = "fused",
+                       allreduce_fusion: bool = False) -> bool:
+    """Whether the per-layer norms run inside the all-reduces: fusion asked for, a TP
+    all-reduce to fuse into, fused kernels, and one RMSNorm before each of attention and
+    the FFN (a LayerNorm or a sandwich of four norms is not what the fused kernels do)."""
+    return bool(allreduce_fusion and par.tp > 1 and impl == "fused" and model.norm != "layer"
+                and model.norms_per_layer == 2)
 
 
 def _embedding(b, model, t, act):

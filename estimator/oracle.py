@@ -30,6 +30,7 @@ from .ops import (
     OpTable,
     build_ops,
     family_peaks,
+    norms_on_allreduce,
 )
 from .profile import FAMILIES, Profile, load_profile
 from .quantization import Quantization, corrector_dtype
@@ -170,6 +171,10 @@ class CostOracle:
     graph_padding
         False: only a step of exactly a capture size replays a graph, the others run eager
         (TensorRT-LLM without ``cuda_graph_config.enable_padding``, its default).
+    allreduce_fusion
+        With ``tp > 1``, the residual-add + RMSNorm after each all-reduce runs inside it
+        (:func:`~.ops.norms_on_allreduce`; TensorRT-LLM's default, SGLang's
+        ``--enable-flashinfer-allreduce-fusion``): no per-layer norm kernels.
     """
 
     def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
@@ -178,7 +183,7 @@ class CostOracle:
                  max_num_seqs: int = 256, correctors: bool = True,
                  moe_routing: MoERouting | dict | None = None, decode_query_len: int = 1,
                  piecewise_cuda_graph: bool = False, graph_sizes=None,
-                 graph_padding: bool = True):
+                 graph_padding: bool = True, allreduce_fusion: bool = False):
         self.model: ModelSpec = resolve_model(model)
         self.gpu: GPUSpec = resolve_gpu(gpu)
         self.parallel = Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)
@@ -193,7 +198,10 @@ class CostOracle:
         self.graph_padding = bool(graph_padding)
         self.table: OpTable = build_ops(self.model, self.parallel, dtype, kv_dtype,
                                         self.profile.attention_impl,
-                                        self.routing.redundant_experts)
+                                        self.routing.redundant_experts, allreduce_fusion)
+        self.allreduce_fusion = norms_on_allreduce(self.model, self.parallel,
+                                                   self.profile.attention_impl,
+                                                   allreduce_fusion)
         self.quantization: Quantization = self.table.quant
         self.weight_dtype = self.quantization.label
         self.kv_dtype = self.quantization.kv_cache
@@ -248,8 +256,8 @@ class CostOracle:
                 value = (1 - moe) * disp.get("mlp", 0.0) + moe * disp.get("moe", 0.0)
             else:
                 value = disp.get(key, 0.0)
-            if key == "norm":
-                value *= self.model.norms_per_layer / 2.0
+            if key == "norm":  # none launched where they ride on the all-reduces
+                value *= 0.0 if self.allreduce_fusion else self.model.norms_per_layer / 2.0
             mods[j, K.M_DISPATCH] = value
             mods[j, K.M_SECTION] = MODULE_SECTIONS[j]
             mods[j, K.M_SPLIT] = 1.0 if j == MOD_ATTN else 0.0  # eager between graph pieces
@@ -487,6 +495,7 @@ class CostOracle:
             "cuda_graph": self.cuda_graph,
             **({"piecewise_cuda_graph": True} if self.piecewise_cuda_graph else {}),
             **({} if self.graph_padding or not self.cuda_graph else {"graph_padding": False}),
+            **({"allreduce_fusion": True} if self.allreduce_fusion else {}),
             "profile": self.profile.name,
             **({"moe_routing": self.routing.model_dump(), "moe_load_factor": self.moe_load}
                if self.model.is_moe else {}),

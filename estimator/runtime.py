@@ -103,6 +103,7 @@ class KnobDefaults(BaseModel):
     scheduler_recv_interval: int | None = Field(None, ge=1)
     batch_wait_timeout_iters: int | None = Field(None, ge=0)
     batch_wait_max_tokens_ratio: float | None = Field(None, ge=0, le=1)
+    allreduce_fusion: bool | None = None
 
 
 class VersionEntry(BaseModel):

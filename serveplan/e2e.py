@@ -257,7 +257,7 @@ def _agg_budget(row: E2ERow, seqs: int, base: dict) -> int:
 
 _RUNTIME_KNOBS = ("async_scheduling", "scheduler_recv_interval", "enable_mixed_chunk",
                   "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
-                  "attention_dp_config")
+                  "attention_dp_config", "allreduce_fusion")
 
 
 def _engine_flags(row: E2ERow, base: dict, engine: bool) -> dict:

@@ -11,7 +11,9 @@ SGLang's ``--mem-fraction-static`` and TensorRT-LLM's ``free_gpu_memory_fraction
 script does not pass keeps the engine's default (:mod:`serveplan.estimator.runtime`). Every
 recipe turns prefix caching off (``--no-enable-prefix-caching``, ``--disable-radix-cache``,
 ``enable_block_reuse: false``) and none enables SGLang's mixed chunks or TensorRT-LLM's
-chunked prefill; ``max_model_len`` is the sweep's ``isl + osl + 256``; the fp8 and fp4 Qwen3.5
+chunked prefill; the DeepSeek SGLang scripts fuse the RMSNorms into the all-reduces
+(``--enable-flashinfer-allreduce-fusion``, TensorRT-LLM's default); the Qwen3.5 fp8 script's
+``--flashinfer-allreduce-fusion-backend auto`` picks a backend, not fusion, and stays off; ``max_model_len`` is the sweep's ``isl + osl + 256``; the fp8 and fp4 Qwen3.5
 scripts keep the recurrent state in bf16 (``--mamba-ssm-dtype bfloat16``; the checkpoint
 says fp32, which the bf16 scripts keep). The KV cache is the
 precision profile's (fp8 for fp8 and fp4 rows, :mod:`serveplan.e2e_served`) where a script
@@ -100,19 +102,22 @@ def _trt_adp(r, **config) -> dict:
     return dict(attention_dp_config=dict(enable_balance=True, **config)) if r.dp > 1 else {}
 
 
+_AR_FUSION = dict(allreduce_fusion=True)  # --enable-flashinfer-allreduce-fusion
+
+
 def _dsr1_fp8_sglang(r) -> dict:
     if r.tp >= 8:  # TP8: 128 running, 32k chunks, 0.82; recv 30 from 16 clients, else 10
         return dict(max_num_seqs=128, max_num_batched_tokens=32768, gpu_memory_utilization=0.82,
-                    scheduler_recv_interval=_recv(30, 10)(r))
+                    scheduler_recv_interval=_recv(30, 10)(r), **_AR_FUSION)
     return dict(max_num_seqs=32, max_num_batched_tokens=8192, gpu_memory_utilization=0.95,
-                scheduler_recv_interval=10)
+                scheduler_recv_interval=10, **_AR_FUSION)
 
 
 def _dsr1_fp4_sglang(r) -> dict:
     dpa = r.dp > 1
     return dict(max_num_seqs=256, max_num_batched_tokens=32768 if dpa else 16384,
                 gpu_memory_utilization=0.85,
-                scheduler_recv_interval=1 if dpa else _recv(30, 10)(r))
+                scheduler_recv_interval=1 if dpa else _recv(30, 10)(r), **_AR_FUSION)
 
 
 _BF16_STATE = dict(mamba_ssm_dtype="bf16")  # the fp8 / fp4 Qwen3.5 scripts' --mamba-ssm-dtype

@@ -36,11 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (
-    BeforeValidator,
-    Field,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from serveplan.config_bounds import (  # noqa: F401  (re-exported for the config modules)
@@ -131,6 +127,10 @@ class EngineConfig(_Frozen):
     schedule_policy: Literal["fcfs", "lpm"] | None = Field(
         None, description="SGLang --schedule-policy: fcfs (the default) or lpm (the waiting "
         "queue by longest cached prefix, up to 128 waiting).")
+    allreduce_fusion: bool | None = Field(
+        None, description="Residual-add + RMSNorm inside each tensor-parallel all-reduce "
+        "(TensorRT-LLM's default; SGLang --enable-flashinfer-allreduce-fusion); not under "
+        "attention DP. Default: the engine's (off without one).")
 
     @model_validator(mode="after")
     def _budget_holds_seqs(self):

@@ -22,11 +22,7 @@ from serveplan.deployments import strategy_name
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
-from serveplan.estimator.oracle import (
-    CostOracle,
-    sglang_cuda_graph_sizes,
-    trtllm_cuda_graph_sizes,
-)
+from serveplan.estimator.oracle import CostOracle, sglang_cuda_graph_sizes, trtllm_cuda_graph_sizes
 from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
 from serveplan.estimator.specs import GPUSpec, Parallelism
 from serveplan.pools_config import (
@@ -237,6 +233,12 @@ def _graph_padding(d: Deployment, rt: EngineRuntime | None) -> bool:
     return rt is None or rt.engine != "trtllm"
 
 
+def _allreduce_fusion(d: Deployment, rt: EngineRuntime | None) -> bool:
+    """Norms fused into the all-reduces: as given, else the engine's default; never under
+    attention DP (TensorRT-LLM's ``enable_fusion`` excludes it)."""
+    return bool(_knob(d, "allreduce_fusion", rt)) and d.dp == 1
+
+
 def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: int = 1) -> int:
     """One attention data-parallel rank's share of a server-wide limit
     (:data:`~serveplan.estimator.runtime.DP_SHARED_LIMITS`; a chunk kept to whole pages of
@@ -263,7 +265,7 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
                         graph_sizes=_graph_sizes(d, rt, gpu, padding), graph_padding=padding,
-                        ).with_step_overhead(rt.terms.step_overhead_s if rt is not None else None)
+                        allreduce_fusion=_allreduce_fusion(d, rt)).with_step_overhead(rt.terms.step_overhead_s if rt is not None else None)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

@@ -115,7 +115,8 @@ def draft_cost(cfg: SpeculativeConfig, oracle, instance, max_num_seqs: int):
                       kv_dtype=instance.kv_dtype, cuda_graph=instance.cuda_graph,
                       profile=oracle.profile, max_num_seqs=max_num_seqs,
                       decode_query_len=cfg.num_speculative_tokens + 1,
-                      graph_sizes=instance.cuda_graph_sizes)
+                      graph_sizes=instance.cuda_graph_sizes,
+                      allreduce_fusion=oracle.allreduce_fusion)
 
 
 def resolve_speculative(cfg: SpeculativeConfig | None, oracle, instance,

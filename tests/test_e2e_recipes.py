@@ -55,6 +55,19 @@ def test_deepseek_fp8_sglang_script_follows_tp_and_concurrency(tp, conc, want):
     assert knobs["enable_mixed_chunk"] is False
 
 
+def test_allreduce_fusion_where_the_scripts_pass_it():
+    """Both DeepSeek SGLang scripts pass ``--enable-flashinfer-allreduce-fusion``; the
+    Qwen3.5 fp8 script only ``--flashinfer-allreduce-fusion-backend auto`` (a backend, not
+    the fusion); TensorRT-LLM's recipes leave it to the engine's default (on)."""
+    def knobs(**kw):
+        return recipe_knobs(_row(**{"engine": "sglang", "model": "deepseek-ai/DeepSeek-R1",
+                                    "tp": 8, "concurrency": 8, **kw}))
+    assert knobs()["allreduce_fusion"] and knobs(precision="fp4")["allreduce_fusion"]
+    assert "allreduce_fusion" not in knobs(model="Qwen/Qwen3.5-397B-A17B")
+    assert "allreduce_fusion" not in recipe_knobs(_row(engine="trtllm",
+                                                       model="deepseek-ai/DeepSeek-R1"))
+
+
 def test_rows_above_a_pinned_cap_keep_the_engines_limit():
     """dsr1_fp8_b200.sh pins TP8 to 128 running requests "so KV memory is not reserved for
     requests that never run" (its sweep's top concurrency): a row measured with 256 or 512
