@@ -11,10 +11,12 @@ Two operator sets:
 fused SiLU-and-mul, FlashAttention for prefill (score matrix never in HBM; K/V streamed
 once per query tile) and paged attention for decode (each request's KV read once). With
 ``allreduce_fusion`` and ``tp > 1`` the residual-add + RMSNorm after each all-reduce runs
-inside the all-reduce kernel (TensorRT-LLM's ``AllReduceFusionOp.RESIDUAL_RMS_NORM``,
-SGLang's ``--enable-flashinfer-allreduce-fusion``): the two per-layer norm rows are
-dropped (the network's first norm, which follows no all-reduce, stands in for the final
-norm's, which does and is kept).
+inside the all-reduce kernel in decode steps (TensorRT-LLM's
+``AllReduceFusionOp.RESIDUAL_RMS_NORM`` on its one- and two-shot kernels, SGLang's
+``--enable-flashinfer-allreduce-fusion`` up to its token limit): the two per-layer norm
+rows are marked ``C_DECODE_FUSED`` and cost nothing there (the network's first norm, which
+follows no all-reduce, stands in for the final norm's, which does and is kept); a mixed
+step's messages go to NCCL, which the engines follow with a separate norm kernel.
 
 Weights are charged the bytes of their class's storage format, scales included
 (:class:`~.quantization.Quantization`); each row keeps its weight class in
@@ -163,7 +165,8 @@ def build_ops(model: ModelSpec, par: Parallelism,
     :class:`~.quantization.Quantization`; ``kv_dtype`` overrides its KV cache dtype
     (:func:`~.quantization.resolve_quantization`). Activations are 16-bit. EPLB's
     ``redundant_experts`` (:mod:`.routing`) add ``redundant_experts / ep`` to each rank.
-    ``allreduce_fusion``: the per-layer RMSNorms ride on the all-reduces (module docstring).
+    ``allreduce_fusion``: the per-layer RMSNorms ride on the decode steps' all-reduces
+    (module docstring).
     """
     par.check_model(model)
     quant = resolve_quantization(model.quantization, model.dtype, weight_dtype, kv_dtype)
@@ -178,9 +181,10 @@ def build_ops(model: ModelSpec, par: Parallelism,
 
     # ---- norms -------------------------------------------------------------------------
     per_norm = model.norms_per_layer / 2.0  # gemma-2 has a pre and a post norm per block
-    if not norms_on_allreduce(model, par, impl, allreduce_fusion):
-        for mod, tag in ((MOD_NORM1, "input_norm"), (MOD_NORM2, "post_norm")):
-            _norm(b, tag, mod, model, h, act, eager, per_norm)
+    for mod, tag in ((MOD_NORM1, "input_norm"), (MOD_NORM2, "post_norm")):
+        _norm(b, tag, mod, model, h, act, eager, per_norm)
+        if norms_on_allreduce(model, par, impl, allreduce_fusion):
+            b.rows[-1][K.C_DECODE_FUSED] = 1.0
 
     # ---- attention ---------------------------------------------------------------------
     if model.attention == "mla":

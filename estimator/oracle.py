@@ -173,8 +173,8 @@ class CostOracle:
         (TensorRT-LLM without ``cuda_graph_config.enable_padding``, its default).
     allreduce_fusion
         With ``tp > 1``, the residual-add + RMSNorm after each all-reduce runs inside it
-        (:func:`~.ops.norms_on_allreduce`; TensorRT-LLM's default, SGLang's
-        ``--enable-flashinfer-allreduce-fusion``): no per-layer norm kernels.
+        in decode steps (:func:`~.ops.norms_on_allreduce`; TensorRT-LLM's default, SGLang's
+        ``--enable-flashinfer-allreduce-fusion``): no per-layer norm kernels there.
     """
 
     def __init__(self, model, gpu, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
@@ -256,8 +256,8 @@ class CostOracle:
                 value = (1 - moe) * disp.get("mlp", 0.0) + moe * disp.get("moe", 0.0)
             else:
                 value = disp.get(key, 0.0)
-            if key == "norm":  # none launched where they ride on the all-reduces
-                value *= 0.0 if self.allreduce_fusion else self.model.norms_per_layer / 2.0
+            if key == "norm":
+                value *= self.model.norms_per_layer / 2.0
             mods[j, K.M_DISPATCH] = value
             mods[j, K.M_SECTION] = MODULE_SECTIONS[j]
             mods[j, K.M_SPLIT] = 1.0 if j == MOD_ATTN else 0.0  # eager between graph pieces

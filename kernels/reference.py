@@ -187,6 +187,8 @@ def _row_times_ref(q, cx, T, R, phase, ops, prm, n_mod, q_decode=1):
                 t *= correction_ref(prm, off, log_features_ref(ops, r, T, R, prm, agg))
             comm[mod] += ops[r, K.C_FRAC] * t
             continue
+        if ph == K.PHASE_DECODE and ops[r, K.C_DECODE_FUSED] > 0:
+            continue  # inside the decode step's all-reduce kernel
         if basis in (K.B_ATTN_PREFILL, K.B_ATTN_DECODE, K.B_SCORES):
             agg = _attention_agg_ref(ops, r, q, cx, prm, q_decode)
             if agg[2] == 0:

@@ -76,7 +76,11 @@ C_CORR = 16
 # C_FIXED: the row's fixed GPU seconds per call, C_COUNT kernels x the family's per-kernel
 # time (``prm[P_FIXED + family]``), written by :func:`fill_rates`.
 C_FIXED = 18
-N_COLS = 19
+# C_DECODE_FUSED: 1 for a row that runs inside a collective's kernel in a decode step (an
+# RMSNorm fused into the TP all-reduce, whose small decode messages take the fused one- or
+# two-shot kernels): no time of its own there; a mixed step runs it separately.
+C_DECODE_FUSED = 19
+N_COLS = 20
 N_AGG = 5  # attention aggregates per row: pairs, kv_read, query tokens, score entries, requests
 # --- bases -------------------------------------------------------------------------
 (B_TOKENS, B_ROWS, B_ATTN_PREFILL, B_ATTN_DECODE, B_SCORES, B_MOE, B_ALLREDUCE, B_ALLTOALL,
@@ -343,6 +347,8 @@ def add_row_times(T, R, phase, agg, ops, prm, comp, comm, attention):
                     lT = np.log2(T)
                 t *= correction(prm, corr_off, T, lT, agg, ops, r)
             comm[int(ops[r, C_MODULE])] += ops[r, C_FRAC] * t
+            continue
+        if ph == PHASE_DECODE and ops[r, C_DECODE_FUSED] > 0.0:
             continue
         w, q, busy = _work_traffic(basis, r, T, R, agg, ops, prm)
         if not busy:
