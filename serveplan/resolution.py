@@ -265,7 +265,8 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
                         graph_sizes=_graph_sizes(d, rt, gpu, padding), graph_padding=padding,
-                        allreduce_fusion=_allreduce_fusion(d, rt)).with_step_overhead(rt.terms.step_overhead_s if rt is not None else None)
+                        allreduce_fusion=_allreduce_fusion(d, rt),
+                        ).with_step_overhead(rt.terms.step_overhead_s if rt is not None else None)
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]
