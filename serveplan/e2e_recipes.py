@@ -13,7 +13,8 @@ recipe turns prefix caching off (``--no-enable-prefix-caching``, ``--disable-rad
 ``enable_block_reuse: false``) and none enables SGLang's mixed chunks or TensorRT-LLM's
 chunked prefill; the DeepSeek SGLang scripts fuse the RMSNorms into the all-reduces
 (``--enable-flashinfer-allreduce-fusion``, TensorRT-LLM's default); the Qwen3.5 fp8 script's
-``--flashinfer-allreduce-fusion-backend auto`` picks a backend, not fusion, and stays off;
+``--flashinfer-allreduce-fusion-backend auto`` names a backend without the enabling flag
+and is read as no fusion (not checked against SGLang's source);
 ``max_model_len`` is the sweep's ``isl + osl + 256``; the fp8 and fp4 Qwen3.5 scripts keep
 the recurrent state in bf16 (``--mamba-ssm-dtype bfloat16``; the checkpoint says fp32, which
 the bf16 scripts keep). The KV cache is the

@@ -57,8 +57,9 @@ def test_deepseek_fp8_sglang_script_follows_tp_and_concurrency(tp, conc, want):
 
 def test_allreduce_fusion_where_the_scripts_pass_it():
     """Both DeepSeek SGLang scripts pass ``--enable-flashinfer-allreduce-fusion``; the
-    Qwen3.5 fp8 script only ``--flashinfer-allreduce-fusion-backend auto`` (a backend, not
-    the fusion); TensorRT-LLM's recipes leave it to the engine's default (on)."""
+    Qwen3.5 fp8 script only ``--flashinfer-allreduce-fusion-backend auto`` (a backend
+    without the enabling flag, read as off); TensorRT-LLM's recipes leave it to the
+    engine's default (on)."""
     def knobs(**kw):
         return recipe_knobs(_row(**{"engine": "sglang", "model": "deepseek-ai/DeepSeek-R1",
                                     "tp": 8, "concurrency": 8, **kw}))
