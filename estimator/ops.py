@@ -181,10 +181,10 @@ def build_ops(model: ModelSpec, par: Parallelism,
 
     # ---- norms -------------------------------------------------------------------------
     per_norm = model.norms_per_layer / 2.0  # gemma-2 has a pre and a post norm per block
+    fused = norms_on_allreduce(model, par, impl, allreduce_fusion)
     for mod, tag in ((MOD_NORM1, "input_norm"), (MOD_NORM2, "post_norm")):
         _norm(b, tag, mod, model, h, act, eager, per_norm)
-        if norms_on_allreduce(model, par, impl, allreduce_fusion):
-            b.rows[-1][K.C_DECODE_FUSED] = 1.0
+        b.rows[-1][K.C_DECODE_FUSED] = float(fused)
 
     # ---- attention ---------------------------------------------------------------------
     if model.attention == "mla":
