@@ -118,8 +118,11 @@ def headline_subsets(df: pd.DataFrame) -> dict[str, np.ndarray]:
                                                                        "attention") & (window > 0)
     dist = df["moe_distribution"].astype(str).to_numpy()
     dtype = df["dtype"].astype(str).to_numpy()
-    out["moe bf16 power-law routing 1.01 (not fitted)"] = (fam == "moe") & (dtype == "bf16") & (
-        dist == "power_law_1.01")
+    ep = pd.to_numeric(df["ep"], errors="coerce").to_numpy()
+    out["moe bf16 power-law routing 1.01, ep 1 (its table)"] = select_training_rows(
+        df, "moe", dtype="bf16", distribution="power_law_1.01")
+    out["moe bf16 power-law routing 1.01, ep > 1 (not fitted: balanced table)"] = (
+        (fam == "moe") & (dtype == "bf16") & (dist == "power_law_1.01") & (ep > 1))
     return out
 
 

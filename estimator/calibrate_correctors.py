@@ -11,7 +11,12 @@ import pandas as pd
 
 from serveplan.kernels import roofline as K
 
-from .calibrate_rows import MIN_ROWS, oracle_dtype, select_training_rows
+from .calibrate_rows import (
+    MIN_ROWS,
+    POWER_LAW_MOE_DISTRIBUTION,
+    oracle_dtype,
+    select_training_rows,
+)
 from .catalog import resolve_gpu
 from .corrector_fit import GridRegressor
 from .correctors import FAMILY_AXES, GridTable, axes_for, find_table
@@ -27,15 +32,22 @@ __all__ = [
     "predict_measurements",
 ]
 
-#: Corrector tables fitted per GPU: (family, selection key, values of the key); the MoE
-#: fp8 kernels the oracle prices: :data:`.correctors.MOE_KERNEL_DTYPE`.
+_MOE_DTYPES = ("bf16", "fp8", "fp8_block", "nvfp4", "int4")
+_POWER_LAW = {"distribution": POWER_LAW_MOE_DISTRIBUTION}
+
+#: Corrector tables fitted per GPU: (family, selection key, values of the key, selection
+#: every table of the entry adds); the MoE fp8 kernels the oracle prices:
+#: :data:`.correctors.MOE_KERNEL_DTYPE`. MoE tables come twice: on balanced routing
+#: (``moe:<dtype>``) and on AIConfigurator's power-law routing of ranks holding every
+#: expert (``moe:<dtype>:power_law_1.01``, :attr:`.routing.MoERouting.traffic`).
 CORRECTOR_PLAN = (
-    ("gemm", "dtype", ("bf16", "fp8", "nvfp4")),
-    ("attention_prefill", "kv_dtype", ("bf16", "fp8")),
-    ("attention_decode", "kv_dtype", ("bf16", "fp8")),
-    ("moe", "dtype", ("bf16", "fp8", "fp8_block", "nvfp4", "int4")),
-    ("allreduce", "phase", ("prefill", "decode")),
-    ("alltoall", None, (None,)),
+    ("gemm", "dtype", ("bf16", "fp8", "nvfp4"), {}),
+    ("attention_prefill", "kv_dtype", ("bf16", "fp8"), {}),
+    ("attention_decode", "kv_dtype", ("bf16", "fp8"), {}),
+    ("moe", "dtype", _MOE_DTYPES, {}),
+    ("moe", "dtype", _MOE_DTYPES, _POWER_LAW),
+    ("allreduce", "phase", ("prefill", "decode"), {}),
+    ("alltoall", None, (None,), {}),
 )
 
 #: Fit settings per corrector family (see GridRegressor).
@@ -78,11 +90,11 @@ def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
     pred = op_times(w, gpu, profile)
     ok = w.valid & (lat > 0) & np.isfinite(pred) & (pred > 0)
     tables: dict[str, GridTable] = {}
-    for family, key, values in CORRECTOR_PLAN:
+    for family, key, values, extra in CORRECTOR_PLAN:
         if families is not None and family not in families:
             continue
         for value in values:
-            select = {key: value} if key else {}
+            select = ({key: value} if key else {}) | extra
             sel = select_training_rows(df, family, **select) & ok
             if sel.sum() < min_rows:
                 continue
@@ -94,14 +106,18 @@ def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
                 continue
             reg = GridRegressor(axes=axes_for(names, X), **CORRECTOR_SETTINGS[family])
             reg.fit(X, y)
-            name = family if not key else f"{family}:{value}"
+            name = ":".join([family] + ([str(value)] if key else []) + list(extra.values()))
             tables[name] = reg.to_table(family, select)
     return tables
 
 
 def _row_table_keys(df: pd.DataFrame, family: str, phase: np.ndarray) -> np.ndarray:
     """The selection value each row of ``family`` is priced with (as the oracle picks)."""
-    if family in ("gemm", "moe"):
+    if family == "moe":  # "<dtype>|<distribution>": power law where the oracle prices it
+        dist = df["moe_distribution"].astype(str).to_numpy()
+        skewed = (dist == POWER_LAW_MOE_DISTRIBUTION) & (pd.to_numeric(df["ep"]).to_numpy() == 1)
+        return oracle_dtype(df["dtype"]) + np.where(skewed, "|" + dist, "|balanced")
+    if family == "gemm":
         return oracle_dtype(df["dtype"])
     if family.startswith("attention"):
         return oracle_dtype(df["kv_dtype"].astype(str).replace("", "bf16"))
@@ -114,14 +130,16 @@ def corrector_factors(df: pd.DataFrame, profile: Profile) -> np.ndarray:
     """Factor each row's time is multiplied by under ``profile``'s correctors (1 if none).
 
     A row gets the table the oracle would use for the same op: GEMM and MoE by weight
-    dtype, attention by KV dtype (also for sliding-window rows and other router
-    distributions, which the tables were not fitted on), all-reduce by phase. Values are
-    :meth:`GridTable.factor`, the kernel's interpolation.
+    dtype, MoE also by router distribution (the power-law table for AIConfigurator's
+    ``power_law_1.01`` rows of ranks holding every expert, the balanced one for the other
+    distributions, which no table was fitted on), attention by KV dtype (also for
+    sliding-window rows), all-reduce by phase. Values are :meth:`GridTable.factor`, the
+    kernel's interpolation.
     """
     out = np.ones(len(df))
     fam = df["op_family"].astype(str).to_numpy()
     phase = None
-    for family, key, _ in CORRECTOR_PLAN:
+    for family, key in dict.fromkeys((f, k) for f, k, _, _ in CORRECTOR_PLAN):
         rows = np.flatnonzero(fam == family)
         if not len(rows):
             continue
@@ -142,6 +160,9 @@ def corrector_factors(df: pd.DataFrame, profile: Profile) -> np.ndarray:
 def _lookup(tables: dict[str, GridTable], family: str, key: str | None, value) -> GridTable | None:
     if key is None:
         return find_table(tables, family)
+    if family == "moe":
+        dtype, distribution = str(value).split("|")
+        return find_table(tables, family, dtype=dtype, distribution=distribution)
     return find_table(tables, family, **{key: str(value)})
 
 

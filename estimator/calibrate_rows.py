@@ -9,14 +9,19 @@ import numpy as np
 import pandas as pd
 
 from .opwork import COMM_FAMILIES
+from .routing import TRAFFIC_DISTRIBUTION
 
-__all__ = ["DEFAULT_MOE_DISTRIBUTION", "MIN_ROWS", "ORACLE_DTYPE", "oracle_dtype",
-           "select_training_rows"]
+__all__ = ["DEFAULT_MOE_DISTRIBUTION", "MIN_ROWS", "ORACLE_DTYPE", "POWER_LAW_MOE_DISTRIBUTION",
+           "oracle_dtype", "select_training_rows"]
 
-#: Router distribution the MoE constants and correctors are fitted on: uniform, like the
-#: roofline's routing model (``ops.moe_routing``); skewed routing is a workload property
-#: the oracle does not model yet (the report shows its effect on the power-law rows).
+#: Router distribution the MoE constants and the ``moe:<dtype>`` correctors are fitted on:
+#: uniform, like the roofline's routing model (``ops.moe_routing``).
 DEFAULT_MOE_DISTRIBUTION = "balanced"
+#: The skewed router distribution of the ``moe:<dtype>:power_law`` correctors
+#: (:data:`~.routing.TRAFFIC_DISTRIBUTION`): AIConfigurator's power law of exponent 1.01, the
+#: distribution its own estimator prices served MoE traffic with. Fitted on ranks holding
+#: every expert (``ep == 1``) only: expert-parallel imbalance is the routing model's.
+POWER_LAW_MOE_DISTRIBUTION = TRAFFIC_DISTRIBUTION["power_law"]
 MIN_ROWS = 20  # fewest rows a family (or corrector table) is fitted on
 
 
@@ -58,10 +63,11 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
     """Boolean mask of the rows a family fit (or one corrector table) uses.
 
     ``select`` keys: ``dtype`` (GEMM / MoE weights, as :func:`oracle_dtype`), ``kv_dtype``
-    (attention), ``phase`` (collectives: ``prefill`` eager / ``decode`` graph runs).
-    Attention uses full-attention rows (no sliding window); MoE the default router
-    distribution (:data:`DEFAULT_MOE_DISTRIBUTION`, when present); all-reduce the
-    framework's own kernel where measured, else NCCL.
+    (attention), ``phase`` (collectives: ``prefill`` eager / ``decode`` graph runs),
+    ``distribution`` (MoE router: :data:`DEFAULT_MOE_DISTRIBUTION` unless given, when
+    present; another one on ranks holding every expert only). Attention uses
+    full-attention rows (no sliding window); all-reduce the framework's own kernel where
+    measured, else NCCL.
     """
     fam = df["op_family"].astype(str).to_numpy()
     mask = fam == family
@@ -77,8 +83,11 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
             mask &= kv == select["kv_dtype"]
     if family == "moe":
         dist = df["moe_distribution"].astype(str).to_numpy()
-        if (mask & (dist == DEFAULT_MOE_DISTRIBUTION)).any():
-            mask &= dist == DEFAULT_MOE_DISTRIBUTION
+        wanted = select.get("distribution", DEFAULT_MOE_DISTRIBUTION)
+        if wanted != DEFAULT_MOE_DISTRIBUTION:
+            mask &= (dist == wanted) & (pd.to_numeric(df["ep"]).to_numpy() == 1)
+        elif (mask & (dist == wanted)).any():
+            mask &= dist == wanted
     if family in COMM_FAMILIES:
         library = np.isin(df["engine"].astype(str).to_numpy(), ("nccl", "oneccl"))
         own = mask & ~library

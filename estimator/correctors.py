@@ -342,19 +342,32 @@ FALLBACK_SELECT = {"dtype": "bf16", "kv_dtype": "bf16"}
 MOE_KERNEL_DTYPE = {"fp8": "fp8_block"}
 
 
+#: Selection keys a table may leave out, and the value it then stands for: a MoE table
+#: without a ``distribution`` was fitted on balanced routing.
+SELECT_DEFAULTS = {"distribution": "balanced"}
+
+
 def find_table(tables: dict[str, GridTable], family: str, **select: str) -> GridTable | None:
     """The table of ``family`` whose ``select`` agrees with every given key.
 
-    Without an exact match, a dtype selection falls back to the bf16 table (an fp8 op
-    without its own table is corrected like its 16-bit counterpart, which shares most of
-    its shape effects) and a phase selection to any table of the family.
+    A key of :data:`SELECT_DEFAULTS` not given means its default (a MoE lookup without a
+    ``distribution`` wants a balanced-routing table). Without an exact match, a dtype
+    selection falls back to the bf16 table (an fp8 op without its own table is corrected
+    like its 16-bit counterpart, which shares most of its shape effects), then a skewed
+    ``distribution`` to the balanced tables (a profile fitted before the power-law
+    tables), and a phase selection to any table of the family.
     """
-    for table in tables.values():
-        if table.family == family and all(table.select.get(k) == v for k, v in select.items()):
-            return table
-    relaxed = {k: FALLBACK_SELECT[k] for k in select if k in FALLBACK_SELECT}
-    if relaxed and relaxed != select:
-        return find_table(tables, family, **relaxed)
+    want = ({k: v for k, v in SELECT_DEFAULTS.items() if family == "moe"} | select)
+    dtype_relaxed = want | {k: FALLBACK_SELECT[k] for k in want if k in FALLBACK_SELECT}
+    tries = [want, dtype_relaxed]
+    if want.get("distribution", "balanced") != "balanced":
+        tries += [want | {"distribution": "balanced"},
+                  dtype_relaxed | {"distribution": "balanced"}]
+    for attempt in tries:
+        for table in tables.values():
+            if table.family == family and all(
+                    table.select.get(k, SELECT_DEFAULTS.get(k)) == v for k, v in attempt.items()):
+                return table
     if "phase" in select:
         return find_table(tables, family)
     return None

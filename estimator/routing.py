@@ -63,6 +63,9 @@ SAMPLED_PLACEMENTS = 2048
 """Beyond :data:`EXACT_PLACEMENTS`, the number of random placements averaged."""
 PLACEMENT_SEED = 0
 """Seed of the sampled placements (fixed: the loads are a property of the deployment)."""
+TRAFFIC_DISTRIBUTION = {"power_law": "power_law_1.01", "balanced": "balanced"}
+"""The measured router distribution (AIConfigurator's label) each
+:attr:`MoERouting.traffic` prices a rank's expert GEMMs with."""
 
 
 class MoERouting(BaseModel):
@@ -87,6 +90,12 @@ class MoERouting(BaseModel):
         "EPLB's replicas of the hottest experts (vLLM num_redundant_experts)."))
     eplb: bool | None = Field(None, description=(
         "Place experts by load as EPLB (default: on when redundant_experts > 0)."))
+    traffic: Literal["power_law", "balanced"] = Field("power_law", description=(
+        "Router traffic the expert GEMMs of a rank holding every expert (ep = 1) are "
+        "priced under, as measured per op: power_law (AIConfigurator's power law of "
+        "exponent 1.01, what its estimator prices served traffic with: fewer distinct "
+        "experts hit at tens of tokens, a hot expert's longer GEMM at thousands) or "
+        "balanced (every expert equally loaded)."))
 
     @model_validator(mode="before")
     @classmethod

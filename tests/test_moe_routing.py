@@ -345,7 +345,7 @@ def test_cli_estimate_prices_the_busiest_rank():
     out = [json.loads(r.stdout) for r in (plain, skewed, eplb)]
     f = MoERouting(kind="zipf", skew=1.0).load_factor(128, 8, 4)
     assert out[1]["config"]["moe_load_factor"] == pytest.approx(f)
-    assert out[1]["config"]["moe_routing"] == {"kind": "zipf", "skew": 1.0,
+    assert out[1]["config"]["moe_routing"] == {"kind": "zipf", "skew": 1.0, "traffic": "power_law",
                                                "redundant_experts": 0, "eplb": None}
     plain_s, skewed_s, eplb_s = (o["time_s"] for o in out)
     assert plain_s < skewed_s and eplb_s < skewed_s  # the replicas take the straggler away

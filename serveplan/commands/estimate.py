@@ -53,6 +53,13 @@ class KvDType(str, Enum):
     fp8 = "fp8"
 
 
+class MoETraffic(str, Enum):
+    """``--moe-traffic``: :attr:`serveplan.estimator.routing.MoERouting.traffic`."""
+
+    power_law = "power_law"
+    balanced = "balanced"
+
+
 BatchOpt = typer.Option(1, "--batch", "-b", min=1,
                         help="Requests in the step (at most 1,048,576).")
 ModelOpt = typer.Option(..., "--model", "-m",
@@ -77,6 +84,9 @@ RedundantOpt = typer.Option(0, "--redundant-experts", min=0, max=MAX_REDUNDANT,
                             "num_redundant_experts); places experts by load.")
 EplbOpt = typer.Option(False, "--enable-eplb",
                        help="Place experts by load as EPLB (implied by --redundant-experts).")
+TrafficOpt = typer.Option("power_law", "--moe-traffic",
+                          help="Router traffic a rank holding every expert is priced under: "
+                          "power_law (AIConfigurator's, as served traffic) or balanced.")
 
 
 MAX_BATCH = 1 << 20
@@ -105,7 +115,7 @@ def estimate(
                                     help="Replay pure-decode steps as CUDA graphs."),
     profile: Path | None = ProfileOpt,
     moe_routing_skew: float = SkewOpt, redundant_experts: int = RedundantOpt,
-    enable_eplb: bool = EplbOpt,
+    enable_eplb: bool = EplbOpt, moe_traffic: MoETraffic = TrafficOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Time of one engine step: per-module dispatch, compute and communication.
@@ -118,7 +128,8 @@ def estimate(
     """
     check_at_most("--batch", batch, MAX_BATCH, "the step's per-request arrays are "
                   "allocated; no engine batches more")
-    routing = _routing(model, ep, moe_routing_skew, redundant_experts, enable_eplb)
+    routing = _routing(model, ep, moe_routing_skew, redundant_experts, enable_eplb,
+                       moe_traffic.value)
     oracle = _oracle(model, gpu, tp, pp, ep, dp, dtype, kv_dtype, cuda_graph, profile,
                      routing)
     new = _new_tokens(phase, input_len)
@@ -325,17 +336,18 @@ def _batch_memory(oracle: CostOracle, batch: int, tokens_per_request: int) -> Ba
     return kv
 
 
-def _routing(model: str, ep: int, skew: float, redundant: int,
-             eplb: bool) -> MoERouting | None:
+def _routing(model: str, ep: int, skew: float, redundant: int, eplb: bool,
+             traffic: str = "power_law") -> MoERouting | None:
     """The routing flags as a :class:`MoERouting` (None when none is given)."""
-    if not (skew or redundant or eplb):
+    if not (skew or redundant or eplb or traffic != "power_law"):
         return None
     spec = resolve_model(model)
     if not spec.is_moe:
-        raise UserError(f"--moe-routing-skew, --redundant-experts, --enable-eplb: "
-                        f"{spec.name} has no experts to route")
+        raise UserError(f"--moe-routing-skew, --redundant-experts, --enable-eplb, "
+                        f"--moe-traffic: {spec.name} has no experts to route")
     routing = MoERouting(kind="zipf" if skew else "uniform", skew=skew,
-                         redundant_experts=redundant, eplb=True if eplb else None)
+                         redundant_experts=redundant, eplb=True if eplb else None,
+                         traffic=traffic)
     routing.check(spec.num_experts, ep, spec.name, field="--redundant-experts")
     return routing
 
