@@ -38,8 +38,8 @@ _POWER_LAW = {"distribution": POWER_LAW_MOE_DISTRIBUTION}
 #: Corrector tables fitted per GPU: (family, selection key, values of the key, selection
 #: every table of the entry adds); the MoE fp8 kernels the oracle prices:
 #: :data:`.correctors.MOE_KERNEL_DTYPE`. MoE tables come twice: on balanced routing
-#: (``moe:<dtype>``) and on AIConfigurator's power-law routing of ranks holding every
-#: expert (``moe:<dtype>:power_law_1.01``, :attr:`.routing.MoERouting.traffic`).
+#: (``moe:<dtype>``) and on AIConfigurator's power-law routing
+#: (``moe:<dtype>:power_law_1.01``, :attr:`.routing.MoERouting.traffic`).
 CORRECTOR_PLAN = (
     ("gemm", "dtype", ("bf16", "fp8", "nvfp4"), {}),
     ("attention_prefill", "kv_dtype", ("bf16", "fp8"), {}),
@@ -113,9 +113,9 @@ def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
 
 def _row_table_keys(df: pd.DataFrame, family: str, phase: np.ndarray) -> np.ndarray:
     """The selection value each row of ``family`` is priced with (as the oracle picks)."""
-    if family == "moe":  # "<dtype>|<distribution>": power law where the oracle prices it
+    if family == "moe":  # "<dtype>|<distribution>": the power-law table for its rows
         dist = df["moe_distribution"].astype(str).to_numpy()
-        skewed = (dist == POWER_LAW_MOE_DISTRIBUTION) & (pd.to_numeric(df["ep"]).to_numpy() == 1)
+        skewed = dist == POWER_LAW_MOE_DISTRIBUTION
         return oracle_dtype(df["dtype"]) + np.where(skewed, "|" + dist, "|balanced")
     if family == "gemm":
         return oracle_dtype(df["dtype"])
@@ -131,8 +131,8 @@ def corrector_factors(df: pd.DataFrame, profile: Profile) -> np.ndarray:
 
     A row gets the table the oracle would use for the same op: GEMM and MoE by weight
     dtype, MoE also by router distribution (the power-law table for AIConfigurator's
-    ``power_law_1.01`` rows of ranks holding every expert, the balanced one for the other
-    distributions, which no table was fitted on), attention by KV dtype (also for
+    ``power_law_1.01`` rows, the balanced one for the other distributions, which no table
+    was fitted on), attention by KV dtype (also for
     sliding-window rows), all-reduce by phase. Values are :meth:`GridTable.factor`, the
     kernel's interpolation.
     """

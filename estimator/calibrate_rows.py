@@ -17,10 +17,10 @@ __all__ = ["DEFAULT_MOE_DISTRIBUTION", "MIN_ROWS", "ORACLE_DTYPE", "POWER_LAW_MO
 #: Router distribution the MoE constants and the ``moe:<dtype>`` correctors are fitted on:
 #: uniform, like the roofline's routing model (``ops.moe_routing``).
 DEFAULT_MOE_DISTRIBUTION = "balanced"
-#: The skewed router distribution of the ``moe:<dtype>:power_law`` correctors
+#: The skewed router distribution of the ``moe:<dtype>:power_law_1.01`` correctors
 #: (:data:`~.routing.TRAFFIC_DISTRIBUTION`): AIConfigurator's power law of exponent 1.01, the
-#: distribution its own estimator prices served MoE traffic with. Fitted on ranks holding
-#: every expert (``ep == 1``) only: expert-parallel imbalance is the routing model's.
+#: distribution its own estimator prices served MoE traffic with. Under expert parallelism
+#: AIC times the busiest rank (its generator swaps the most loaded rank into rank 0).
 POWER_LAW_MOE_DISTRIBUTION = TRAFFIC_DISTRIBUTION["power_law"]
 MIN_ROWS = 20  # fewest rows a family (or corrector table) is fitted on
 
@@ -65,7 +65,7 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
     ``select`` keys: ``dtype`` (GEMM / MoE weights, as :func:`oracle_dtype`), ``kv_dtype``
     (attention), ``phase`` (collectives: ``prefill`` eager / ``decode`` graph runs),
     ``distribution`` (MoE router: :data:`DEFAULT_MOE_DISTRIBUTION` unless given, when
-    present; another one on ranks holding every expert only). Attention uses
+    present). Attention uses
     full-attention rows (no sliding window); all-reduce the framework's own kernel where
     measured, else NCCL.
     """
@@ -85,7 +85,7 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
         dist = df["moe_distribution"].astype(str).to_numpy()
         wanted = select.get("distribution", DEFAULT_MOE_DISTRIBUTION)
         if wanted != DEFAULT_MOE_DISTRIBUTION:
-            mask &= (dist == wanted) & (pd.to_numeric(df["ep"]).to_numpy() == 1)
+            mask &= dist == wanted
         elif (mask & (dist == wanted)).any():
             mask &= dist == wanted
     if family in COMM_FAMILIES:

@@ -305,10 +305,11 @@ class CostOracle:
         tables are read at the mean expert-parallel rank's tokens: they scale the busiest
         rank's roofline time by the factor of a balanced layer (fitted tables are not
         monotone in tokens everywhere; read at the busiest rank's count, more routing skew
-        could price a step faster). A rank holding every expert (``ep == 1``) reads the
-        table of its :attr:`~.routing.MoERouting.traffic` (power law by default; balanced
-        where the profile has no power-law table), a rank of an expert-parallel layer the
-        balanced one (its imbalance is the routing model's load factor).
+        could price a step faster). MoE rows read the table of the routing's
+        :attr:`~.routing.MoERouting.traffic` (power law by default: AIConfigurator's timing
+        of the busiest rank under its power law; balanced where the profile has no
+        power-law table), the balanced one under a ``zipf`` popularity (any skew), whose
+        load factor prices the skew instead.
         """
         ops, tables, m, par = self.table.ops, self.profile.correctors, self.model, self.parallel
         basis, fam = int(ops[r, K.C_BASIS]), int(ops[r, K.C_FAMILY])
@@ -334,7 +335,8 @@ class CostOracle:
             bind = {"tokens_per_expert": Runtime(K.FEAT_TOKENS, float(np.log2(par.dp * x2))),
                     "local_experts": Static(x1), "expert_size": Static(ops[r, K.C_A] / 6.0),
                     "hidden": Static(hidden), "expert_inter": Static(ops[r, K.C_A] / 6.0 / hidden)}
-            traffic = TRAFFIC_DISTRIBUTION[self.routing.traffic] if par.ep == 1 else "balanced"
+            skewed = self.routing.traffic == "power_law" and self.routing.kind == "uniform"
+            traffic = TRAFFIC_DISTRIBUTION["power_law" if skewed else "balanced"]
             return find_table(tables, "moe", dtype=MOE_KERNEL_DTYPE.get(wdt, wdt),
                               distribution=traffic), bind
         if basis == K.B_ALLREDUCE:

@@ -91,11 +91,12 @@ class MoERouting(BaseModel):
     eplb: bool | None = Field(None, description=(
         "Place experts by load as EPLB (default: on when redundant_experts > 0)."))
     traffic: Literal["power_law", "balanced"] = Field("power_law", description=(
-        "Router traffic the expert GEMMs of a rank holding every expert (ep = 1) are "
-        "priced under, as measured per op: power_law (AIConfigurator's power law of "
-        "exponent 1.01, what its estimator prices served traffic with: fewer distinct "
-        "experts hit at tens of tokens, a hot expert's longer GEMM at thousands) or "
-        "balanced (every expert equally loaded)."))
+        "Router traffic the expert GEMMs are priced under, as measured per op: power_law "
+        "(AIConfigurator's power law of exponent 1.01, what its estimator prices served "
+        "traffic with, timed on the busiest rank: fewer distinct experts hit at tens of "
+        "tokens, a hot expert's longer GEMM at thousands) or balanced (every expert "
+        "equally loaded). A zipf popularity (any skew) prices its skew itself, on the "
+        "balanced tables."))
 
     @model_validator(mode="before")
     @classmethod

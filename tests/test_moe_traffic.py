@@ -4,8 +4,9 @@ AIConfigurator measures every MoE shape under three router distributions: balanc
 power laws of exponent 1.01 and 1.2 (its estimator prices served traffic with 1.01). On a
 rank holding every expert the skew changes the kernel's time in both directions: at tens
 of tokens fewer distinct experts are hit (fewer weights streamed), at thousands the hot
-expert's GEMM is the longest. The shipped profiles carry a ``moe:<dtype>:power_law_1.01``
-corrector table beside each balanced one; the oracle reads it at ``ep == 1`` by default.
+expert's GEMM is the longest (under expert parallelism AIC times the busiest rank). The
+shipped profiles carry a ``moe:<dtype>:power_law_1.01`` corrector table beside each
+balanced one; the oracle reads it by default.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ def _rows(specs):
                          for dist, ep in specs])
 
 
-def test_power_law_tables_train_on_power_law_rows_of_ranks_with_every_expert():
+def test_power_law_tables_train_on_the_power_law_rows():
     rows = _rows([("balanced", 1), ("power_law_1.01", 1), ("power_law_1.01", 4),
                   ("power_law_1.2", 1)])
     assert list(select_training_rows(rows, "moe", dtype="bf16")) == [True, False, False, False]
     power = select_training_rows(rows, "moe", dtype="bf16",
                                  distribution=POWER_LAW_MOE_DISTRIBUTION)
-    assert list(power) == [False, True, False, False]
+    assert list(power) == [False, True, True, False]
 
 
 @pytest.mark.parametrize("gpu", ["b200", "h100", "h200"])
@@ -69,25 +70,32 @@ def _ffn_seconds(oracle: CostOracle, batch: int) -> float:
     return next(r["compute_s"] for r in rows if r["name"] == "ffn")
 
 
-def test_traffic_moves_only_the_expert_ranks_that_hold_every_expert():
+def test_traffic_picks_the_table_and_a_zipf_popularity_keeps_the_balanced_one():
     """Qwen3-30B-A3B (128 experts, top 8) decoding 32 requests on B200: the power-law
     table prices the experts faster than the balanced one (AIConfigurator measures a
     power-law / balanced ratio of 0.5-0.8 at 32 tokens on this GPU); ``balanced`` is the
-    oracle without the power-law tables, step for step; with expert parallelism (ep 4)
-    the balanced table serves both (imbalance is the routing model's)."""
+    oracle without the power-law tables, step for step, with and without expert
+    parallelism; a Zipf popularity, whose load factor prices the skew, reads the balanced
+    table whatever the traffic (the skew is not counted twice)."""
     prof = load_profile("b200")
     stale = prof.model_copy(update={"correctors": {
         k: v for k, v in prof.correctors.items() if not k.endswith(":power_law_1.01")}})
-    power = CostOracle("qwen3-30b-a3b", "b200")
-    balanced = CostOracle("qwen3-30b-a3b", "b200", moe_routing={"traffic": "balanced"})
-    before = CostOracle("qwen3-30b-a3b", "b200", profile=stale)
-    assert power.routing.traffic == "power_law"
-    assert balanced.decode_time(32, 1000) == before.decode_time(32, 1000)
-    assert 0.4 < _ffn_seconds(power, 32) / _ffn_seconds(balanced, 32) < 0.9
-    ep_power = CostOracle("qwen3-30b-a3b", "b200", tp=4, ep=4)
-    ep_balanced = CostOracle("qwen3-30b-a3b", "b200", tp=4, ep=4,
-                             moe_routing={"traffic": "balanced"})
-    assert ep_power.decode_time(32, 1000) == ep_balanced.decode_time(32, 1000)
+    for tp, ep in ((1, 1), (4, 4)):
+        power = CostOracle("qwen3-30b-a3b", "b200", tp=tp, ep=ep)
+        balanced = CostOracle("qwen3-30b-a3b", "b200", tp=tp, ep=ep,
+                              moe_routing={"traffic": "balanced"})
+        before = CostOracle("qwen3-30b-a3b", "b200", tp=tp, ep=ep, profile=stale)
+        assert power.routing.traffic == "power_law"
+        assert balanced.decode_time(32, 1000) == before.decode_time(32, 1000)
+        assert power.decode_time(32, 1000) < balanced.decode_time(32, 1000)
+    one = CostOracle("qwen3-30b-a3b", "b200")
+    one_balanced = CostOracle("qwen3-30b-a3b", "b200", moe_routing={"traffic": "balanced"})
+    assert 0.4 < _ffn_seconds(one, 32) / _ffn_seconds(one_balanced, 32) < 0.9
+    zipf = dict(kind="zipf", skew=1.0)
+    skewed = CostOracle("qwen3-30b-a3b", "b200", tp=4, ep=4, moe_routing=zipf)
+    skewed_before = CostOracle("qwen3-30b-a3b", "b200", tp=4, ep=4, moe_routing=zipf,
+                               profile=stale)
+    assert skewed.decode_time(32, 1000) == skewed_before.decode_time(32, 1000)
 
 
 def test_traffic_is_validated():
@@ -97,10 +105,10 @@ def test_traffic_is_validated():
 
 @pytest.mark.skipif(not SHARED_AIC.is_dir(), reason="the shared AIConfigurator copy is absent")
 def test_the_power_law_table_prices_the_measured_power_law_kernel():
-    """B200 vLLM MoE rows of every shape AIC ran under ``power_law_1.01`` on one rank
-    holding every expert, at decode sizes (16 to 128 tokens): the shipped profile's
+    """B200 vLLM MoE rows of every shape AIC ran under ``power_law_1.01``, every
+    parallel layout, at decode sizes (16 to 128 tokens): the shipped profile's
     power-law table comes within 10 % at the median, where the balanced table prices them
-    at least 15 % too slow. These rows trained the table: a check that the fit reached the
+    at least 10 % too slow. These rows trained the table: a check that the fit reached the
     kernel and that the lookup serves it, not a held-out result."""
     from serveplan.estimator.calibrate_correctors import predict_measurements
     from serveplan.estimator.measurements import load_aiconfigurator
@@ -117,4 +125,4 @@ def test_the_power_law_table_prices_the_measured_power_law_kernel():
     stale = prof.model_copy(update={"correctors": {
         k: v for k, v in prof.correctors.items() if not k.endswith(":power_law_1.01")}})
     old = predict_measurements(rows, "b200", stale) / rows["latency_s"].to_numpy()
-    assert np.median(old) > 1.15
+    assert np.median(old) > 1.10

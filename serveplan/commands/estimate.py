@@ -85,8 +85,8 @@ RedundantOpt = typer.Option(0, "--redundant-experts", min=0, max=MAX_REDUNDANT,
 EplbOpt = typer.Option(False, "--enable-eplb",
                        help="Place experts by load as EPLB (implied by --redundant-experts).")
 TrafficOpt = typer.Option("power_law", "--moe-traffic",
-                          help="Router traffic a rank holding every expert is priced under: "
-                          "power_law (AIConfigurator's, as served traffic) or balanced.")
+                          help="Router traffic the experts are priced under: power_law "
+                          "(AIConfigurator's, as served traffic) or balanced.")
 
 
 MAX_BATCH = 1 << 20
