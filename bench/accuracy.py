@@ -116,13 +116,8 @@ def headline_subsets(df: pd.DataFrame) -> dict[str, np.ndarray]:
     out["attention_decode fp8 KV"] = (fam == "attention_decode") & (kv == "fp8") & (window == 0)
     out["attention (sliding window, not fitted)"] = np.char.startswith(fam.astype(str),
                                                                        "attention") & (window > 0)
-    dist = df["moe_distribution"].astype(str).to_numpy()
-    dtype = df["dtype"].astype(str).to_numpy()
-    ep = pd.to_numeric(df["ep"], errors="coerce").to_numpy()
-    out["moe bf16 power-law routing 1.01, ep 1 (its table)"] = select_training_rows(
+    out["moe bf16 power-law routing 1.01 (its table)"] = select_training_rows(
         df, "moe", dtype="bf16", distribution="power_law_1.01")
-    out["moe bf16 power-law routing 1.01, ep > 1 (not fitted: balanced table)"] = (
-        (fam == "moe") & (dtype == "bf16") & (dist == "power_law_1.01") & (ep > 1))
     return out
 
 
