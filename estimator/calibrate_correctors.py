@@ -132,9 +132,8 @@ def corrector_factors(df: pd.DataFrame, profile: Profile) -> np.ndarray:
     A row gets the table the oracle would use for the same op: GEMM and MoE by weight
     dtype, MoE also by router distribution (the power-law table for AIConfigurator's
     ``power_law_1.01`` rows, the balanced one for the other distributions, which no table
-    was fitted on), attention by KV dtype (also for
-    sliding-window rows), all-reduce by phase. Values are :meth:`GridTable.factor`, the
-    kernel's interpolation.
+    was fitted on), attention by KV dtype (also for sliding-window rows), all-reduce by
+    phase. Values are :meth:`GridTable.factor`, the kernel's interpolation.
     """
     out = np.ones(len(df))
     fam = df["op_family"].astype(str).to_numpy()

@@ -65,9 +65,8 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
     ``select`` keys: ``dtype`` (GEMM / MoE weights, as :func:`oracle_dtype`), ``kv_dtype``
     (attention), ``phase`` (collectives: ``prefill`` eager / ``decode`` graph runs),
     ``distribution`` (MoE router: :data:`DEFAULT_MOE_DISTRIBUTION` unless given, when
-    present). Attention uses
-    full-attention rows (no sliding window); all-reduce the framework's own kernel where
-    measured, else NCCL.
+    present). Attention uses full-attention rows (no sliding window); all-reduce the
+    framework's own kernel where measured, else NCCL.
     """
     fam = df["op_family"].astype(str).to_numpy()
     mask = fam == family
@@ -84,9 +83,7 @@ def select_training_rows(df: pd.DataFrame, family: str, **select: str) -> np.nda
     if family == "moe":
         dist = df["moe_distribution"].astype(str).to_numpy()
         wanted = select.get("distribution", DEFAULT_MOE_DISTRIBUTION)
-        if wanted != DEFAULT_MOE_DISTRIBUTION:
-            mask &= dist == wanted
-        elif (mask & (dist == wanted)).any():
+        if wanted != DEFAULT_MOE_DISTRIBUTION or (mask & (dist == wanted)).any():
             mask &= dist == wanted
     if family in COMM_FAMILIES:
         library = np.isin(df["engine"].astype(str).to_numpy(), ("nccl", "oneccl"))

@@ -357,7 +357,7 @@ def find_table(tables: dict[str, GridTable], family: str, **select: str) -> Grid
     ``distribution`` to the balanced tables (a profile fitted before the power-law
     tables), and a phase selection to any table of the family.
     """
-    want = ({k: v for k, v in SELECT_DEFAULTS.items() if family == "moe"} | select)
+    want = (SELECT_DEFAULTS if family == "moe" else {}) | select
     dtype_relaxed = want | {k: FALLBACK_SELECT[k] for k in want if k in FALLBACK_SELECT}
     tries = [want, dtype_relaxed]
     if want.get("distribution", "balanced") != "balanced":
