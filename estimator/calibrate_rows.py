@@ -16,7 +16,7 @@ __all__ = ["DEFAULT_MOE_DISTRIBUTION", "MIN_ROWS", "ORACLE_DTYPE", "POWER_LAW_MO
 
 #: Router distribution the MoE constants and the ``moe:<dtype>`` correctors are fitted on:
 #: uniform, like the roofline's routing model (``ops.moe_routing``).
-DEFAULT_MOE_DISTRIBUTION = "balanced"
+DEFAULT_MOE_DISTRIBUTION = TRAFFIC_DISTRIBUTION["balanced"]
 #: The skewed router distribution of the ``moe:<dtype>:power_law_1.01`` correctors
 #: (:data:`~.routing.TRAFFIC_DISTRIBUTION`): AIConfigurator's power law of exponent 1.01, the
 #: distribution its own estimator prices served MoE traffic with. Under expert parallelism

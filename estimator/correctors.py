@@ -58,6 +58,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serveplan.kernels import roofline as K
 
+from .routing import TRAFFIC_DISTRIBUTION
+
 __all__ = [
     "FAMILY_AXES",
     "FAMILY_FEATURES",
@@ -344,7 +346,7 @@ MOE_KERNEL_DTYPE = {"fp8": "fp8_block"}
 
 #: Selection keys a table may leave out, and the value it then stands for: a MoE table
 #: without a ``distribution`` was fitted on balanced routing.
-SELECT_DEFAULTS = {"distribution": "balanced"}
+SELECT_DEFAULTS = {"distribution": TRAFFIC_DISTRIBUTION["balanced"]}
 
 
 def find_table(tables: dict[str, GridTable], family: str, **select: str) -> GridTable | None:
@@ -360,9 +362,9 @@ def find_table(tables: dict[str, GridTable], family: str, **select: str) -> Grid
     want = (SELECT_DEFAULTS if family == "moe" else {}) | select
     dtype_relaxed = want | {k: FALLBACK_SELECT[k] for k in want if k in FALLBACK_SELECT}
     tries = [want, dtype_relaxed]
-    if want.get("distribution", "balanced") != "balanced":
-        tries += [want | {"distribution": "balanced"},
-                  dtype_relaxed | {"distribution": "balanced"}]
+    defaults = {k: v for k, v in SELECT_DEFAULTS.items() if k in want}  # balanced routing
+    if want | defaults != want:
+        tries += [want | defaults, dtype_relaxed | defaults]
     for attempt in tries:
         for table in tables.values():
             if table.family == family and all(

@@ -34,7 +34,7 @@ from .ops import (
 )
 from .profile import FAMILIES, Profile, load_profile
 from .quantization import Quantization, corrector_dtype
-from .routing import TRAFFIC_DISTRIBUTION, MoERouting
+from .routing import MoERouting
 from .specs import GPUSpec, ModelSpec, Parallelism, SpecError
 
 PHASES = ("prefill", "decode")
@@ -306,10 +306,8 @@ class CostOracle:
         rank's roofline time by the factor of a balanced layer (fitted tables are not
         monotone in tokens everywhere; read at the busiest rank's count, more routing skew
         could price a step faster). MoE rows read the table of the routing's
-        :attr:`~.routing.MoERouting.traffic` (power law by default: AIConfigurator's timing
-        of the busiest rank under its power law; balanced where the profile has no
-        power-law table), the balanced one under a ``zipf`` popularity (any skew), whose
-        load factor prices the skew instead.
+        :attr:`~.routing.MoERouting.measured_distribution` (AIConfigurator's power law by
+        default; balanced where the profile has no power-law table).
         """
         ops, tables, m, par = self.table.ops, self.profile.correctors, self.model, self.parallel
         basis, fam = int(ops[r, K.C_BASIS]), int(ops[r, K.C_FAMILY])
@@ -335,10 +333,8 @@ class CostOracle:
             bind = {"tokens_per_expert": Runtime(K.FEAT_TOKENS, float(np.log2(par.dp * x2))),
                     "local_experts": Static(x1), "expert_size": Static(ops[r, K.C_A] / 6.0),
                     "hidden": Static(hidden), "expert_inter": Static(ops[r, K.C_A] / 6.0 / hidden)}
-            skewed = self.routing.traffic == "power_law" and self.routing.kind == "uniform"
-            traffic = TRAFFIC_DISTRIBUTION["power_law" if skewed else "balanced"]
             return find_table(tables, "moe", dtype=MOE_KERNEL_DTYPE.get(wdt, wdt),
-                              distribution=traffic), bind
+                              distribution=self.routing.measured_distribution), bind
         if basis == K.B_ALLREDUCE:
             bind = {"message_bytes": Runtime(K.FEAT_TOKENS, float(np.log2(ops[r, K.C_B]))),
                     "num_gpus": Static(par.tp)}

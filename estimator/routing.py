@@ -133,6 +133,13 @@ class MoERouting(BaseModel):
         return self.eplb if self.eplb is not None else self.redundant_experts > 0
 
     @property
+    def measured_distribution(self) -> str:
+        """The AIConfigurator router distribution whose MoE tables price these experts:
+        the :attr:`traffic`'s, but balanced under a ``zipf`` popularity (any skew), whose
+        load factor prices the skew instead (it is not counted twice)."""
+        return TRAFFIC_DISTRIBUTION[self.traffic if self.kind == "uniform" else "balanced"]
+
+    @property
     def is_uniform(self) -> bool:
         """Every expert equally popular (``uniform``, or ``zipf`` with ``skew`` 0)."""
         return self.kind == "uniform" or self.skew == 0.0
