@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from serveplan.e2e import (
+    agg_workers,
     expressible,
     load_rows,
     resolve_row,
@@ -41,6 +42,7 @@ from serveplan.e2e_fit import (
     mean_lengths,
     row_slopes,
 )
+from serveplan.e2e_recipes import layout as worker_layout
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 
@@ -223,29 +225,46 @@ def _role_gpus(role) -> int:
     return role.tp * role.pp * max(role.dp, 1)
 
 
+def _parallel(tp: int, pp: int, dp: int, ep: int) -> str:
+    """A worker's parallel layout as a label: tensor, pipeline, attention-data and expert
+    parallel sizes (a size of 1 left out; dp 0, not recorded, is 1)."""
+    sizes = (("tp", tp), ("pp", pp), ("dp", max(dp, 1)), ("ep", ep))
+    return " ".join(f"{name} {size}" for name, size in sizes if size > 1) or "tp 1"
+
+
 def agg_layout(r) -> tuple[str, int]:
-    """An agg row's tensor-parallel size and its GPUs."""
-    return f"tp {r.tp}", r.tp * r.pp
+    """An agg row's parallel layout as it ran (a worker's tp, attention dp and ep by
+    :func:`~serveplan.e2e_recipes.layout`, which reads InferenceX's exports; pp) and the
+    GPUs of its workers."""
+    tp, dp, ep = worker_layout(r)
+    workers = agg_workers(r)
+    gpus = tp * dp * r.pp * (workers if isinstance(workers, int) else 1)
+    return _parallel(tp, r.pp, dp, ep), gpus
 
 
 def pd_layout(r) -> tuple[str, int]:
-    """A disaggregated row's split (prefill and decode workers x GPUs) and its GPUs."""
+    """A disaggregated row's split (prefill and decode workers x their parallel layout)
+    and its GPUs."""
     p, d = r.prefill, r.decode
-    label = f"{p.workers}x{_role_gpus(p)}P + {d.workers}x{_role_gpus(d)}D"
+    label = (f"{p.workers}x({_parallel(p.tp, p.pp, p.dp, p.ep)})P + "
+             f"{d.workers}x({_parallel(d.tp, d.pp, d.dp, d.ep)})D")
     return label, p.workers * _role_gpus(p) + d.workers * _role_gpus(d)
 
 
 def best_layout(rows, preds, mode: str, layout) -> dict:
-    """Per (engine, model, system, isl, osl, concurrency) among ``mode`` rows with two or
-    more layouts (``layout(row) -> (label, gpus)``): is the layout with the highest output
-    tokens/s per GPU (closed loop: c * osl / (TTFT + (osl - 1) TPOT) / gpus) the
-    measured best (``agree``), and is the one with the shortest request (TTFT + (osl - 1)
-    TPOT) the measured fastest (``fastest``)? At fixed concurrency the first is mostly
-    decided by the GPU counts; the second is not."""
+    """Per (engine, model, system, precision, isl, osl, concurrency) among ``mode`` rows
+    with two or more layouts (``layout(row) -> (label, gpus)``): is the layout with the
+    highest output tokens/s per GPU (closed loop: c * osl / (TTFT + (osl - 1) TPOT) /
+    gpus) the measured best (``agree``), and is the one with the shortest request (TTFT +
+    (osl - 1) TPOT) the measured fastest (``fastest``)? At fixed concurrency the first is
+    mostly decided by the GPU counts; the second is not. ``chance``: the groups a pick at
+    random among each group's layouts would get right on average. A precision is a
+    checkpoint of its own, so layouts are compared within one."""
     groups = defaultdict(list)
     for k, r in enumerate(rows):
         if r.mode == mode:
-            groups[(r.engine, r.model, r.system, r.isl, r.osl, r.concurrency)].append(k)
+            groups[(r.engine, r.model, r.system, r.precision, r.isl, r.osl,
+                    r.concurrency)].append(k)
 
     def per_gpu(k, ttft, tpot):
         r = rows[k]
@@ -261,13 +280,17 @@ def best_layout(rows, preds, mode: str, layout) -> dict:
     result = {}
     for name, p in preds.items():
         agree = fastest = total = 0
+        chance = 0.0
         for idx in groups.values():
-            if len({layout(rows[k])[0] for k in idx}) < 2 or not np.isfinite(p[idx]).all():
+            labels = {layout(rows[k])[0] for k in idx}
+            if len(labels) < 2 or not np.isfinite(p[idx]).all():
                 continue
             agree += same(per_gpu, p, idx)
             fastest += same(lambda k, a, b: -request_s(k, a, b), p, idx)
+            chance += 1.0 / len(labels)
             total += 1
-        result[name] = {"agree": agree, "fastest": fastest, "groups": total}
+        result[name] = {"agree": agree, "fastest": fastest, "groups": total,
+                        "chance": round(chance, 1)}
     return result
 
 

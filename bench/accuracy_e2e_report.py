@@ -83,9 +83,12 @@ def _profiles(report) -> list[str]:
 def _agreement(result: dict) -> str:
     if not result:
         return "- not computed in this run"
-    return "\n".join(f"- {NAMES[k]}: best per GPU {v['agree']}, fastest request "
-                     f"{v.get('fastest', '-')} of {v['groups']} groups"
-                     for k, v in result.items())
+    lines = [f"- {NAMES[k]}: best per GPU {v['agree']}, fastest request "
+             f"{v.get('fastest', '-')} of {v['groups']} groups" for k, v in result.items()]
+    chance = next(iter(result.values())).get("chance")
+    if chance is not None:
+        lines.append(f"- a layout picked at random: {chance:g} of those groups on average")
+    return "\n".join(lines)
 
 
 def _slopes(report) -> list[str]:
@@ -169,17 +172,19 @@ A closed-loop client waits for its previous request, so TTFT depends on the outp
 
 ## Does the layout serveplan ranks best per GPU match the measured best?
 
-Per engine, model, system, isl, osl and concurrency with two or more layouts measured:
-is the layout with the most output tokens/s per GPU by prediction the measured best, and
-is the one with the shortest request (TTFT + (osl - 1) TPOT) the measured fastest? At a
-fixed concurrency the first is mostly decided by the GPU counts, which both sides share;
-the second tests the predictions.
+Per engine, model, system, precision, isl, osl and concurrency with two or more layouts
+measured: is the layout with the most output tokens/s per GPU by prediction the measured
+best, and is the one with the shortest request (TTFT + (osl - 1) TPOT) the measured
+fastest? At a fixed concurrency the first is mostly decided by the GPU counts, which both
+sides share; the second tests the predictions. A layout is the whole parallel layout (tp,
+pp, attention dp, ep), so TP 8 and attention DP 8 + EP 8 on the same eight GPUs are two;
+a precision is a checkpoint of its own, so layouts are compared within one.
 
-Tensor-parallel size (agg rows):
+Parallel layout (agg rows):
 
 {best}
 
-Prefill / decode split (disaggregated rows: workers x GPUs of each role):
+Prefill / decode split (disaggregated rows: workers x parallel layout of each role):
 
 {split}
 """
