@@ -127,10 +127,31 @@ def _reasons(cov: dict) -> str:
                      sorted(cov["reasons"].items(), key=lambda kv: -kv[1]))
 
 
+def _layout_section(report: dict) -> str:
+    best, split = (_agreement(report.get(key, {})) for key in ("best_tp", "best_pd_split"))
+    return f"""## Does the layout serveplan ranks best per GPU match the measured best?
+
+Per engine, model, system, precision, isl, osl and concurrency with two or more layouts
+measured: is the layout with the most output tokens/s per GPU by prediction the measured
+best, and is the one with the shortest request (TTFT + (osl - 1) TPOT) the measured
+fastest? At a fixed concurrency the first is mostly decided by the GPU counts, which both
+sides share; the second tests the predictions. A layout is the whole parallel layout (tp,
+pp, attention dp, ep), so TP 8 and attention DP 8 + EP 8 on the same eight GPUs are two;
+a precision is a checkpoint of its own, so layouts are compared within one.
+
+Parallel layout (agg rows):
+
+{best}
+
+Prefill / decode split (disaggregated rows: workers x parallel layout of each role):
+
+{split}
+"""
+
+
 def write_markdown(report: dict, path: Path) -> None:
     cov = report["coverage"]
     reasons = _reasons(cov)
-    best, split = (_agreement(report.get(key, {})) for key in ("best_tp", "best_pd_split"))
     text = f"""# End-to-end accuracy against measured deployments
 
 Command: `{report['command']}` ({report['date']}, {report['seconds']} s). Data:
@@ -170,22 +191,5 @@ A closed-loop client waits for its previous request, so TTFT depends on the outp
 
 {chr(10).join(_slopes(report))}
 
-## Does the layout serveplan ranks best per GPU match the measured best?
-
-Per engine, model, system, precision, isl, osl and concurrency with two or more layouts
-measured: is the layout with the most output tokens/s per GPU by prediction the measured
-best, and is the one with the shortest request (TTFT + (osl - 1) TPOT) the measured
-fastest? At a fixed concurrency the first is mostly decided by the GPU counts, which both
-sides share; the second tests the predictions. A layout is the whole parallel layout (tp,
-pp, attention dp, ep), so TP 8 and attention DP 8 + EP 8 on the same eight GPUs are two;
-a precision is a checkpoint of its own, so layouts are compared within one.
-
-Parallel layout (agg rows):
-
-{best}
-
-Prefill / decode split (disaggregated rows: workers x parallel layout of each role):
-
-{split}
-"""
+{_layout_section(report)}"""
     path.write_text(text)
