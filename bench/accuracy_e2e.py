@@ -252,18 +252,19 @@ def pd_layout(r) -> tuple[str, int]:
 
 
 def best_layout(rows, preds, mode: str, layout) -> dict:
-    """Per (engine, model, system, precision, isl, osl, concurrency) among ``mode`` rows
-    with two or more layouts (``layout(row) -> (label, gpus)``): is the layout with the
-    highest output tokens/s per GPU (closed loop: c * osl / (TTFT + (osl - 1) TPOT) /
-    gpus) the measured best (``agree``), and is the one with the shortest request (TTFT +
-    (osl - 1) TPOT) the measured fastest (``fastest``)? At fixed concurrency the first is
-    mostly decided by the GPU counts; the second is not. ``chance``: the groups a pick at
-    random among each group's layouts would get right on average. A precision is a
-    checkpoint of its own, so layouts are compared within one."""
+    """Per (engine, version, model, system, precision, isl, osl, concurrency) among
+    ``mode`` rows with two or more layouts (``layout(row) -> (label, gpus)``): is the
+    layout with the highest output tokens/s per GPU (closed loop: c * osl / (TTFT +
+    (osl - 1) TPOT) / gpus) the measured best (``agree``), and is the one with the
+    shortest request (TTFT + (osl - 1) TPOT) the measured fastest (``fastest``)? At fixed
+    concurrency the first is mostly decided by the GPU counts; the second is not.
+    ``chance``: the groups a pick at random among each group's layouts would get right on
+    average. A layout is chosen for one checkpoint and one engine version, so layouts are
+    compared within one precision and version (an unrecorded version is one)."""
     groups = defaultdict(list)
     for k, r in enumerate(rows):
         if r.mode == mode:
-            groups[(r.engine, r.model, r.system, r.precision, r.isl, r.osl,
+            groups[(r.engine, r.version, r.model, r.system, r.precision, r.isl, r.osl,
                     r.concurrency)].append(k)
 
     def per_gpu(k, ttft, tpot):

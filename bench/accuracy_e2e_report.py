@@ -131,13 +131,14 @@ def _layout_section(report: dict) -> str:
     best, split = (_agreement(report.get(key, {})) for key in ("best_tp", "best_pd_split"))
     return f"""## Does the layout serveplan ranks best per GPU match the measured best?
 
-Per engine, model, system, precision, isl, osl and concurrency with two or more layouts
-measured: is the layout with the most output tokens/s per GPU by prediction the measured
-best, and is the one with the shortest request (TTFT + (osl - 1) TPOT) the measured
-fastest? At a fixed concurrency the first is mostly decided by the GPU counts, which both
-sides share; the second tests the predictions. A layout is the whole parallel layout (tp,
-pp, attention dp, ep), so TP 8 and attention DP 8 + EP 8 on the same eight GPUs are two;
-a precision is a checkpoint of its own, so layouts are compared within one.
+Per engine and version, model, system, precision, isl, osl and concurrency with two or
+more layouts measured: is the layout with the most output tokens/s per GPU by prediction
+the measured best, and is the one with the shortest request (TTFT + (osl - 1) TPOT) the
+measured fastest? At a fixed concurrency the first is mostly decided by the GPU counts,
+which both sides share; the second tests the predictions. A layout is the whole parallel
+layout (tp, pp, attention dp, ep), so TP 8 and attention DP 8 + EP 8 on the same eight GPUs
+are two; it is chosen for one checkpoint and one engine version, so layouts are compared
+within one precision and version.
 
 Parallel layout (agg rows):
 

@@ -24,8 +24,9 @@ def accuracy_e2e():
         sys.path.remove(str(BENCH))
 
 
-def _row(k: int, precision: str, tp: int, dp: int, ep: int, ttft: float, tpot: float) -> E2ERow:
-    return E2ERow(id=f"r{k}", engine="sglang", version="0.5.9", model="m", system="b200_sxm",
+def _row(k: int, precision: str, tp: int, dp: int, ep: int, ttft: float, tpot: float,
+         version: str = "0.5.9") -> E2ERow:
+    return E2ERow(id=f"r{k}", engine="sglang", version=version, model="m", system="b200_sxm",
                   precision=precision, mode="agg", isl=1024, osl=1024, concurrency=8,
                   tp=tp, pp=1, dp=dp, ep=ep, ttft_ms=ttft, tpot_ms=tpot)
 
@@ -48,13 +49,14 @@ def test_labels_read_inferencex_exports_as_they_ran(accuracy_e2e):
     assert accuracy_e2e.agg_layout(row) == ("dp 8 ep 8", 8)
 
 
-def test_layouts_are_compared_within_one_precision(accuracy_e2e):
-    # fp8: TP 8 measured faster (request 100 + 1023 x 10 ms) than TP 8 + EP 8 (x 11 ms);
-    # fp4: one layout only, so not a group -- although its TP 4 is the fastest row of all.
+def test_layouts_are_compared_within_one_precision_and_version(accuracy_e2e):
+    # fp8 on 0.5.9: TP 8 measured faster (request 100 + 1023 x 10 ms) than TP 8 + EP 8
+    # (x 11 ms); fp4, and fp8 on another version: one layout each, so not a group --
+    # although their TP 4 rows are faster than both.
     rows = [_row(0, "fp8", 8, 1, 1, 100.0, 10.0), _row(1, "fp8", 8, 1, 8, 100.0, 11.0),
-            _row(2, "fp4", 4, 1, 1, 100.0, 5.0)]
-    right = np.array([[100.0, 10.0], [100.0, 11.0], [100.0, 5.0]])
-    wrong = np.array([[100.0, 12.0], [100.0, 11.0], [100.0, 5.0]])
+            _row(2, "fp4", 4, 1, 1, 100.0, 5.0), _row(3, "fp8", 4, 1, 1, 100.0, 6.0, "0.5.6")]
+    right = np.array([[100.0, 10.0], [100.0, 11.0], [100.0, 5.0], [100.0, 6.0]])
+    wrong = np.array([[100.0, 12.0], [100.0, 11.0], [100.0, 5.0], [100.0, 6.0]])
     result = accuracy_e2e.best_layout(rows, {"right": right, "wrong": wrong}, "agg",
                                       accuracy_e2e.agg_layout)
     # one group of two layouts: a random pick is right half the time
