@@ -128,7 +128,8 @@ def _decoder(c: _Config) -> dict:
         intermediate_size=c.get("intermediate_size", 0) or 0,
         max_position_embeddings=c.get("max_position_embeddings", 4096),
         qkv_bias=bool(c.get("attention_bias", c.mt == "qwen2")),
-        qk_norm=c.mt in ("qwen3", "qwen3_moe", *QWEN_HYBRID_TYPES),
+        qk_norm=c.mt in ("qwen3", "qwen3_moe", *QWEN_HYBRID_TYPES) or bool(c.get("use_qk_norm")),
+        qk_norm_scope="layer" if c.get("qk_norm_type") == "per_layer" else "head",
     )
 
 

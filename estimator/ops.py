@@ -318,6 +318,11 @@ def _qkv_projections(b, model, hq, hkv, act, eager, lf):
     if model.qk_norm:
         b.add("qk_norm", A, K.B_TOKENS, a=4 * (hq + hkv) * d, b=2 * (hq + hkv) * d * act,
               count=2, frac=lf)
+    if model.qk_norm and model.qk_norm_scope == "layer" and model.num_heads > hq:
+        # the ranks' sums of squares of q and of k (two fp32 per token) all-reduced
+        # before the norm (MiniMaxText01RMSNormTP.forward_qk)
+        b.add("qk_norm_allreduce", A, K.B_ALLREDUCE, b=2 * 4.0, family=K.F_COMM, count=0,
+              frac=lf)
 
 
 def _gqa(b, model, par, act, kvb, eager):

@@ -97,6 +97,11 @@ class ModelSpec(BaseModel):
     qkv_bias: bool = False
     linear_bias: bool = False
     qk_norm: bool = False
+    # "head": each head's q and k normed on their own (Qwen3); "layer": the whole q and k
+    # projections normed together (MiniMax-M2's qk_norm_type per_layer), so the variance
+    # of heads split over tensor-parallel ranks is all-reduced (vLLM, SGLang and
+    # TensorRT-LLM's MiniMaxText01RMSNormTP)
+    qk_norm_scope: Literal["head", "layer"] = "head"
     norms_per_layer: int = 2
     learned_positions: bool = False
     # sliding-window attention: window (tokens) applied on a fraction of the layers
