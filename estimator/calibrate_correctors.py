@@ -12,6 +12,7 @@ import pandas as pd
 from serveplan.kernels import roofline as K
 
 from .calibrate_rows import (
+    DEFAULT_MOE_DISTRIBUTION,
     MIN_ROWS,
     POWER_LAW_MOE_DISTRIBUTION,
     oracle_dtype,
@@ -111,58 +112,63 @@ def fit_correctors(df: pd.DataFrame, gpu: GPUSpec, profile: Profile,
     return tables
 
 
-def _row_table_keys(df: pd.DataFrame, family: str, phase: np.ndarray) -> np.ndarray:
-    """The selection value each row of ``family`` is priced with (as the oracle picks)."""
-    if family == "moe":  # "<dtype>|<distribution>": the power-law table for its rows
-        dist = df["moe_distribution"].astype(str).to_numpy()
-        skewed = dist == POWER_LAW_MOE_DISTRIBUTION
-        return oracle_dtype(df["dtype"]) + np.where(skewed, "|" + dist, "|balanced")
-    if family == "gemm":
-        return oracle_dtype(df["dtype"])
-    if family.startswith("attention"):
-        return oracle_dtype(df["kv_dtype"].astype(str).replace("", "bf16"))
-    if family == "allreduce":
-        return np.where(phase == K.PHASE_DECODE, "decode", "prefill")
-    return np.full(len(df), "", dtype=object)
+def _row_selections(df: pd.DataFrame, family: str, phase: np.ndarray) -> pd.DataFrame:
+    """The :func:`~.correctors.find_table` selection each row of ``family`` is priced with
+    (as the oracle picks), a column per key: GEMM and MoE by weight dtype, MoE also by
+    router distribution, attention by KV dtype, all-reduce by phase; none for the rest."""
+    if family in ("gemm", "moe"):
+        sel = {"dtype": oracle_dtype(df["dtype"])}
+        if family == "moe":  # the power-law table for its rows, else the balanced one
+            dist = df["moe_distribution"].astype(str).to_numpy()
+            sel["distribution"] = np.where(dist == POWER_LAW_MOE_DISTRIBUTION, dist,
+                                           DEFAULT_MOE_DISTRIBUTION)
+    elif family.startswith("attention"):
+        sel = {"kv_dtype": oracle_dtype(df["kv_dtype"].astype(str).replace("", "bf16"))}
+    elif family == "allreduce":
+        sel = {"phase": np.where(phase == K.PHASE_DECODE, "decode", "prefill")}
+    else:
+        sel = {}
+    return pd.DataFrame({k: np.asarray(v, dtype=str) for k, v in sel.items()},
+                        index=pd.RangeIndex(len(df)))
+
+
+def _selection_groups(sel: pd.DataFrame):
+    """``(selection, row positions)`` for each distinct row of ``sel`` (one group of every
+    row when it has no columns)."""
+    if sel.columns.empty:
+        yield {}, np.arange(len(sel))
+        return
+    for values, idx in sel.groupby(list(sel.columns), sort=True).indices.items():
+        values = values if isinstance(values, tuple) else (values,)
+        yield dict(zip(sel.columns, values, strict=True)), idx
 
 
 def corrector_factors(df: pd.DataFrame, profile: Profile) -> np.ndarray:
     """Factor each row's time is multiplied by under ``profile``'s correctors (1 if none).
 
-    A row gets the table the oracle would use for the same op: GEMM and MoE by weight
-    dtype, MoE also by router distribution (the power-law table for AIConfigurator's
-    ``power_law_1.01`` rows, the balanced one for the other distributions, which no table
-    was fitted on), attention by KV dtype (also for sliding-window rows), all-reduce by
-    phase. Values are :meth:`GridTable.factor`, the kernel's interpolation.
+    A row gets the table the oracle would use for the same op (:func:`_row_selections`):
+    MoE rows of AIConfigurator's ``power_law_1.01`` distribution the power-law table, of
+    the other distributions, which no table was fitted on, the balanced one; attention by
+    KV dtype also for sliding-window rows. Values are :meth:`GridTable.factor`, the
+    kernel's interpolation.
     """
     out = np.ones(len(df))
     fam = df["op_family"].astype(str).to_numpy()
     phase = None
-    for family, key in dict.fromkeys((f, k) for f, k, _, _ in CORRECTOR_PLAN):
+    for family in dict.fromkeys(f for f, *_ in CORRECTOR_PLAN):
         rows = np.flatnonzero(fam == family)
         if not len(rows):
             continue
         sub = df.iloc[rows]
         if phase is None:
             phase = phase_of(df)
-        keys = _row_table_keys(sub, family, phase[rows])
-        for value in np.unique(keys):
-            table = _lookup(profile.correctors, family, key, value)
+        for select, pick in _selection_groups(_row_selections(sub, family, phase[rows])):
+            table = find_table(profile.correctors, family, **select)
             if table is None:
                 continue
-            pick = keys == value
-            X = corrector_features(sub[pick], family, tuple(a.feature for a in table.axes))
+            X = corrector_features(sub.iloc[pick], family, tuple(a.feature for a in table.axes))
             out[rows[pick]] = table.factor(X)
     return out
-
-
-def _lookup(tables: dict[str, GridTable], family: str, key: str | None, value) -> GridTable | None:
-    if key is None:
-        return find_table(tables, family)
-    if family == "moe":
-        dtype, distribution = str(value).split("|")
-        return find_table(tables, family, dtype=dtype, distribution=distribution)
-    return find_table(tables, family, **{key: str(value)})
 
 
 def predict_measurements(df: pd.DataFrame, gpu: str | GPUSpec, profile: Profile,

@@ -84,7 +84,8 @@ RedundantOpt = typer.Option(0, "--redundant-experts", min=0, max=MAX_REDUNDANT,
                             "num_redundant_experts); places experts by load.")
 EplbOpt = typer.Option(False, "--enable-eplb",
                        help="Place experts by load as EPLB (implied by --redundant-experts).")
-TrafficOpt = typer.Option("power_law", "--moe-traffic",
+DEFAULT_TRAFFIC = MoERouting.model_fields["traffic"].default
+TrafficOpt = typer.Option(DEFAULT_TRAFFIC, "--moe-traffic",
                           help="Router traffic the experts are priced under: power_law "
                           "(AIConfigurator's, as served traffic) or balanced.")
 
@@ -337,9 +338,9 @@ def _batch_memory(oracle: CostOracle, batch: int, tokens_per_request: int) -> Ba
 
 
 def _routing(model: str, ep: int, skew: float, redundant: int, eplb: bool,
-             traffic: str = "power_law") -> MoERouting | None:
+             traffic: str = DEFAULT_TRAFFIC) -> MoERouting | None:
     """The routing flags as a :class:`MoERouting` (None when none is given)."""
-    if not (skew or redundant or eplb or traffic != "power_law"):
+    if not (skew or redundant or eplb or traffic != DEFAULT_TRAFFIC):
         return None
     spec = resolve_model(model)
     if not spec.is_moe:
