@@ -6,8 +6,8 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
 * ``frontend_output_s`` -- TTFT by 1 (a latency on every token: the first and the last
   are both late, so TPOT does not move);
 * ``frontend_prompt_token_s`` -- TTFT by the client's mean prompt length (the tokenizer
-  before the engine sees the request; no queueing: a closed loop's sends are spread over
-  its cycle);
+  before the engine sees the request; queueing left out: after the first burst a closed
+  loop's sends are spread over its cycle);
 * ``frontend_output_per_token_s`` -- TTFT by the tokens of the first token's step: an
   agg instance's running batch (its share of the clients, at most ``max_batch_size``), a
   disaggregated row's prefill batch;
@@ -34,6 +34,18 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
 (:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- so the
 leave-one-model-out folds of ``bench/accuracy_e2e.py`` cost one simulation per held-out
 row, which is what checks the first-order model.
+
+The simulator's response is larger than these slopes: in the first burst the requests
+queue at the serial tokenizer (vLLM MiniMax-M2.5 fp8 on B300 at 256 clients: +25 ms of TTFT
+simulated where the slope says +1 ms), and a delay that moves an arrival off a step
+boundary makes it wait for the step in flight (about one decode step, +10 ms at 8
+clients). At the point (40 ms, 2 us, 0.5 ms, 1e-7 s) of the first four terms the
+simulated TTFT moves by a median 1.10x the slopes' prediction over the expressible rows
+(10th-90th percentile 0.82-1.33x). Linearised there instead of at zero, the held-out
+error rose (simulated, median abs TTFT: vLLM 15.6 -> 16.1 %, SGLang 25.3 -> 26.8 %), and
+each row's slopes scaled by its ratio moved the first-order held-out error up too (vLLM
+11.6 -> 12.1 %, SGLang 27.9 -> 28.4 %; ``bench/results/accuracy_e2e_notes.md``): the fit
+stays linearised at zero.
 """
 
 from __future__ import annotations
