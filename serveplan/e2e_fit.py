@@ -44,8 +44,10 @@ simulated TTFT moves by a median 1.10x the slopes' prediction over the expressib
 (10th-90th percentile 0.82-1.33x). Linearised there instead of at zero, the held-out
 error rose (simulated, median abs TTFT: vLLM 15.6 -> 16.1 %, SGLang 25.3 -> 26.8 %), and
 each row's slopes scaled by its ratio moved the first-order held-out error up too (vLLM
-11.6 -> 12.1 %, SGLang 27.9 -> 28.4 %; ``bench/results/accuracy_e2e_notes.md``): the fit
-stays linearised at zero.
+11.6 -> 12.1 %, SGLang 27.9 -> 28.4 %; ``bench/results/accuracy_e2e_notes.md``). What did
+help, tried on vLLM: a second step around the first fit's terms, from the training rows
+simulated there (held out 15.6 -> 12.1 %); it costs one simulation per training row and
+fold (about an hour more per report run), and the report's fits do not take it yet.
 """
 
 from __future__ import annotations
