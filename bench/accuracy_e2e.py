@@ -4,8 +4,10 @@ For every row of ``../shared/data/e2e/aic_silicon_blackwell`` serveplan can expr
 same closed-loop load is simulated three ways: (a) the GPU steps alone (no engine runtime),
 (b) the engine's runtime with unfitted terms (its scheduler, async scheduling, defaults),
 (c) with runtime terms fitted leave-one-model-out (each model predicted by terms fitted on
-the other models of the same engine). The fits are first order in closed form from (b)
-(:mod:`serveplan.e2e_fit`); each held-out row is then simulated with its fold's terms. The
+the other models of the same engine). The fits are first order in closed form
+(:mod:`serveplan.e2e_fit`), in two steps: from (b), then around those terms from the
+training rows simulated with them (:func:`fit_resimulated`); each held-out row is then
+simulated with its fold's terms. The
 shipped profile's terms are fitted on all rows of an engine that has rows of two or more
 models (``--write-profiles``).
 
@@ -49,6 +51,7 @@ from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
 PROFILES = HERE.parent / "estimator" / "data" / "runtime"
+RESIM_ROWS = 300  # training rows a fit's second step simulates again (time: one run each)
 
 
 def sim_key(row):
@@ -119,7 +122,8 @@ def prefill_seconds(row, resolved) -> float:
                                                               input_len=prompt)).ravel()[0])
 
 
-def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERMS):
+def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERMS,
+         resim_rows=RESIM_ROWS):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, and each engine's fit on all
     its rows of the terms some fold checked (fitted without a model whose rows the term
@@ -142,9 +146,8 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
         for m in models:
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
-            terms, summ = fit_rows([rows[k] for k in train], unfitted[train],
-                                   [layers[k] for k in train], names,
-                                   prefill_s=[prefill_s[k] for k in train], start=start)
+            terms, summ = fit_resimulated(train, rows, resolved, unfitted, layers, prefill_s,
+                                          names, start, jobs, resim_rows)
             fold_terms[engine, m] = terms
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
@@ -152,13 +155,53 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
         checked = [n for n in names if n in validated]
-        terms, summ = fit_rows([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
-                               names=checked, prefill_s=[prefill_s[k] for k in idx],
-                               start=start)
+        terms, summ = fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s,
+                                      checked, start, jobs, resim_rows)
         summ["skipped"].update({n: "no held-out model's rows check it" for n in names
                                 if n not in validated and n not in summ["skipped"]})
         full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full, fold_terms
+
+
+def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, start, jobs,
+                    resim_rows=RESIM_ROWS):
+    """Terms fitted to the rows ``idx`` in two first-order steps: from their term-free
+    predictions ``unfitted`` (every row), then again around those first terms from
+    :func:`resim_sample` of the rows simulated with them (the simulator responds more than
+    the slopes at zero say, :mod:`serveplan.e2e_fit`). Returns the terms and the second
+    fit's summary, with the sample's simulated error at the first terms."""
+    fit_args = dict(names=names, layers=[layers[k] for k in idx],
+                    prefill_s=[prefill_s[k] for k in idx])
+    first, _ = fit_rows([rows[k] for k in idx], unfitted[idx], start=start, **fit_args)
+    pick = resim_sample([rows[k].model for k in idx], resim_rows)
+    sample = [idx[i] for i in pick]
+    sub = [rows[k] for k in sample]
+    at_first = predict_all(sub, [resolved[k] for k in sample], first, jobs)
+    fit_args.update(layers=[layers[k] for k in sample], prefill_s=[prefill_s[k] for k in sample])
+    terms, summ = fit_rows(sub, at_first, **fit_args,
+                           start={**(start or {}), **first.model_dump(include=set(names))})
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in sub])
+    summ.update(median_abs_err_before=[float(v) for v in _med_abs(unfitted[sample], meas)],
+                median_abs_err_simulated_first_fit=[float(v) for v in _med_abs(at_first, meas)],
+                resimulated_rows=len(sample), rows=len(idx))
+    return terms, summ
+
+
+def resim_sample(models: list[str], cap: int) -> list[int]:
+    """Positions of about ``cap`` of the rows whose models are ``models``, for the second
+    fit step: all if there are no more than ``cap``, otherwise evenly spaced within each
+    model's rows (in their order), each model's share in proportion to its rows (rounded,
+    and at least one). Deterministic."""
+    if len(models) <= cap:
+        return list(range(len(models)))
+    by_model = defaultdict(list)
+    for i, m in enumerate(models):
+        by_model[m].append(i)
+    pick = []
+    for pos in by_model.values():
+        n = max(1, round(cap * len(pos) / len(models)))
+        pick += [pos[j] for j in np.unique(np.linspace(0, len(pos) - 1, n).round().astype(int))]
+    return sorted(pick)
 
 
 def step_overhead_start(resolved) -> dict[str, float]:
@@ -471,6 +514,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--fit-step-overhead", action="store_true",
                     help="fit each engine's GPU time per step outside the forward pass too "
                          "(serveplan.e2e_fit.STEP_OVERHEAD_TERM; not shipped by default)")
+    ap.add_argument("--resim-rows", type=int, default=RESIM_ROWS, metavar="N",
+                    help="training rows (about N, spread over the models) each fit simulates "
+                         "again at its first step's terms for its second step")
     ap.add_argument("--out", default="accuracy_e2e",
                     help="report name in bench/results (NAME.md, NAME.json, NAME_rows.csv)")
     return ap
@@ -508,7 +554,7 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     unfitted = preds["engine_unfitted"]
     names = E2E_FIT_TERMS + ((STEP_OVERHEAD_TERM,) if args.fit_step_overhead else ())
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
-                                           args.jobs, names)
+                                           args.jobs, names, args.resim_rows)
     held_out_check(ok, unfitted, fitted, full)
     preds["engine_fitted_lomo"] = fitted
     preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)

@@ -31,23 +31,22 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
   token (``TTFT0 / TPOT0``). Not in :data:`E2E_FIT_TERMS` (:data:`STEP_OVERHEAD_TERM`).
 
 :func:`fit_rows` solves for the terms with these slopes
-(:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- so the
-leave-one-model-out folds of ``bench/accuracy_e2e.py`` cost one simulation per held-out
-row, which is what checks the first-order model.
+(:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- around the
+predictions it is given: the term-free ones, or those at other terms (``start``).
 
-The simulator's response is larger than these slopes: in the first burst the requests
+The simulator responds more than these slopes say: in the first burst the requests
 queue at the serial tokenizer (vLLM MiniMax-M2.5 fp8 on B300 at 256 clients: +25 ms of TTFT
 simulated where the slope says +1 ms), and a delay that moves an arrival off a step
 boundary makes it wait for the step in flight (about one decode step, +10 ms at 8
 clients). At the point (40 ms, 2 us, 0.5 ms, 1e-7 s) of the first four terms the
 simulated TTFT moves by a median 1.10x the slopes' prediction over the expressible rows
-(10th-90th percentile 0.82-1.33x). Linearised there instead of at zero, the held-out
-error rose (simulated, median abs TTFT: vLLM 15.6 -> 16.1 %, SGLang 25.3 -> 26.8 %), and
-each row's slopes scaled by its ratio moved the first-order held-out error up too (vLLM
-11.6 -> 12.1 %, SGLang 27.9 -> 28.4 %; ``bench/results/accuracy_e2e_notes.md``). What did
-help, tried on vLLM: a second step around the first fit's terms, from the training rows
-simulated there (held out 15.6 -> 12.1 %); it costs one simulation per training row and
-fold (about an hour more per report run), and the report's fits do not take it yet.
+(10th-90th percentile 0.82-1.33x). ``bench/accuracy_e2e.py`` therefore fits in two steps:
+from the term-free predictions, then again around those terms from a sample of the
+training rows simulated with them (``fit_resimulated``), and checks the result with one
+simulation per held-out row. Linearised instead at that fixed point, the held-out error
+rose (simulated, median abs TTFT: vLLM 15.6 -> 16.1 %, SGLang 25.3 -> 26.8 %;
+``bench/results/accuracy_e2e_notes.md``): the second step must start where the first one
+lands.
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""The end-to-end report's two-step fit (``bench/accuracy_e2e.py``: ``fit_resimulated``):
+fitted from the term-free predictions, re-simulated at those terms, fitted again around
+them. Checked against a stand-in simulator whose TTFT responds ``g`` times as much as the
+first-order slope says (the hand computation is in each test)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serveplan.e2e import E2ERow
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+P0_TTFT, TPOT = 100.0, 10.0  # ms: the term-free prediction of every row
+TRUE_LATENCY = 0.020  # s of frontend_output_s that the stand-in needs to meet the rows
+
+
+@pytest.fixture
+def accuracy_e2e():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("accuracy_e2e")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _rows(gain: float) -> list[E2ERow]:
+    ttft = P0_TTFT + gain * 1e3 * TRUE_LATENCY
+    return [E2ERow(id=f"r{k}", engine="vllm", version="0.19.0", model="m", system="b200_sxm",
+                   precision="fp8", mode="agg", isl=1024, osl=1024, concurrency=8, tp=1, pp=1,
+                   dp=1, ep=1, ttft_ms=ttft, tpot_ms=TPOT) for k in range(3)]
+
+
+def _fit(accuracy_e2e, monkeypatch, gain: float):
+    """The stand-in: TTFT = 100 ms + gain x the latency (the slope says 1 x)."""
+    def simulate(rows, resolved, terms, jobs):
+        return np.array([[P0_TTFT + gain * 1e3 * terms.frontend_output_s, TPOT]] * len(rows))
+
+    monkeypatch.setattr(accuracy_e2e, "predict_all", simulate)
+    rows = _rows(gain)
+    unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
+    return accuracy_e2e.fit_resimulated([0, 1, 2], rows, [None] * 3, unfitted, [80] * 3,
+                                        [0.05] * 3, ("frontend_output_s",), None, 1)
+
+
+def test_the_second_step_corrects_a_simulator_that_responds_more(accuracy_e2e, monkeypatch):
+    """Measured TTFT 100 + 1.5 x 20 = 130 ms. Step one, slope 1: x1 = 30 ms. Simulated
+    there: 100 + 1.5 x 30 = 145 ms. Step two, around x1 with slope 1: 145 + (x - 30) = 130,
+    x2 = 15 ms = (2g - g^2) x 20 ms: 5 ms from the 20 the rows need, where step one was
+    10 ms off ((g - 1)^2 against (g - 1) of 20 ms). Errors: term-free |100 / 130 - 1|,
+    at x1 |145 / 130 - 1|."""
+    terms, summary = _fit(accuracy_e2e, monkeypatch, gain=1.5)
+    assert terms.frontend_output_s == pytest.approx(0.015, rel=1e-3)
+    assert summary["median_abs_err_before"][0] == pytest.approx(30 / 130)
+    assert summary["median_abs_err_simulated_first_fit"][0] == pytest.approx(15 / 130)
+
+
+def test_a_simulator_as_linear_as_the_slopes_keeps_the_first_terms(accuracy_e2e, monkeypatch):
+    """Gain 1: step one lands on 20 ms, the simulation there meets the rows, and step two
+    does not move."""
+    terms, summary = _fit(accuracy_e2e, monkeypatch, gain=1.0)
+    assert terms.frontend_output_s == pytest.approx(TRUE_LATENCY, rel=1e-3)
+    assert summary["median_abs_err_simulated_first_fit"][0] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_the_second_step_simulates_a_proportional_spread_sample(accuracy_e2e):
+    """Models a x 6, b x 3, cap 6: more rows than the cap, so a gets round(6 x 6 / 9) = 4
+    evenly spaced of its positions 0-5 (linspace(0, 5, 4) = 0, 1.67, 3.33, 5 -> 0, 2, 3, 5)
+    and b gets 2 of positions 6-8 (its first and last); at or under the cap, every row."""
+    models = ["a"] * 6 + ["b"] * 3
+    assert accuracy_e2e.resim_sample(models, 6) == [0, 2, 3, 5, 6, 8]
+    assert accuracy_e2e.resim_sample(models, 9) == list(range(9))
+
+
+def test_a_capped_second_step_fits_on_the_sample_alone(accuracy_e2e, monkeypatch):
+    """With a cap of 2 of the 3 rows only rows 0 and 2 are simulated again (linspace(0, 2,
+    2)), and the stand-in's terms come out as in the uncapped case (every row is alike)."""
+    simulated = []
+
+    def simulate(rows, resolved, terms, jobs):
+        simulated.append([r.id for r in rows])
+        return np.array([[P0_TTFT + 1.5e3 * terms.frontend_output_s, TPOT]] * len(rows))
+
+    monkeypatch.setattr(accuracy_e2e, "predict_all", simulate)
+    rows = _rows(1.5)
+    unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
+    terms, summary = accuracy_e2e.fit_resimulated(
+        [0, 1, 2], rows, [None] * 3, unfitted, [80] * 3, [0.05] * 3, ("frontend_output_s",),
+        None, 1, resim_rows=2)
+    assert simulated == [["r0", "r2"]]
+    assert (summary["resimulated_rows"], summary["rows"]) == (2, 3)
+    assert terms.frontend_output_s == pytest.approx(0.015, rel=1e-3)
