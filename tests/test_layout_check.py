@@ -1,4 +1,4 @@
-"""The end-to-end report's layout check (``bench/accuracy_e2e.py``: ``best_layout``): a
+"""The end-to-end report's layout check (``bench/accuracy_e2e_layouts.py``: ``best_layout``): a
 layout is the whole parallel layout, and layouts are compared within one precision."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 def accuracy_e2e():
     sys.path.insert(0, str(BENCH))
     try:
-        yield importlib.import_module("accuracy_e2e")
+        yield importlib.import_module("accuracy_e2e_layouts")
     finally:
         sys.path.remove(str(BENCH))
 
