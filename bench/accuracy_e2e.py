@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -107,8 +108,16 @@ def predict_all(rows, resolved, terms=None, jobs=1, data=None) -> np.ndarray:
     processes; ``terms="gpu"``: the GPU steps alone, resolved from ``data``)."""
     first, which = unique_runs(rows)
     _SHARED.update(rows=rows, resolved=resolved, data=data)
-    out = _fork_map(_predict_task, [(k, terms) for k in first], jobs)
-    return np.array(out, dtype=float).reshape(len(first), 2)[which]
+    order = sorted(range(len(first)), key=lambda i: -_sim_cost(rows[first[i]]))
+    out = np.empty((len(first), 2))  # the longest first: no worker idles on a late one
+    runs = _fork_map(_predict_task, [(first[i], terms) for i in order], jobs)
+    out[order] = np.array(runs, dtype=float).reshape(len(order), 2)
+    return out[which]
+
+
+def _sim_cost(row) -> int:
+    """A simulation's rough cost, to order the runs: the tokens its clients move."""
+    return row.concurrency * (row.isl + row.osl)
 
 
 def prefill_seconds(row, resolved) -> float:
@@ -151,6 +160,10 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
+            held = _med_abs(pred[test], np.array([[rows[k].ttft_ms, rows[k].tpot_ms]
+                                                  for k in test]))
+            print(f"{engine}: held out {m} ({len(test)} rows): median abs TTFT/TPOT "
+                  f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
         checked = [n for n in names if n in validated]
@@ -167,13 +180,15 @@ def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, sta
     """Terms fitted to the rows ``idx`` in two first-order steps: from their term-free
     predictions ``unfitted`` (every row), then again around those first terms from
     :func:`resim_sample` of the rows simulated with them (the simulator responds more than
-    the slopes at zero say, :mod:`serveplan.e2e_fit`). Returns the terms and the second
-    fit's summary, with the sample's simulated error at the first terms."""
+    the slopes at zero say, :mod:`serveplan.e2e_fit`); ``resim_rows`` 0: the first step
+    alone. Returns the terms and the last fit's summary (with the sample's simulated error
+    at the first terms)."""
     fit_args = dict(names=names, layers=[layers[k] for k in idx],
                     prefill_s=[prefill_s[k] for k in idx])
-    first, _ = fit_rows([rows[k] for k in idx], unfitted[idx], start=start, **fit_args)
-    pick = resim_sample([rows[k].model for k in idx], resim_rows)
-    sample = [idx[i] for i in pick]
+    first, summ = fit_rows([rows[k] for k in idx], unfitted[idx], start=start, **fit_args)
+    if resim_rows <= 0:
+        return first, summ
+    sample = [idx[i] for i in resim_sample([rows[k].model for k in idx], resim_rows)]
     sub = [rows[k] for k in sample]
     at_first = predict_all(sub, [resolved[k] for k in sample], first, jobs)
     fit_args.update(layers=[layers[k] for k in sample], prefill_s=[prefill_s[k] for k in sample])

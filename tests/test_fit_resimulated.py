@@ -94,3 +94,18 @@ def test_a_capped_second_step_fits_on_the_sample_alone(accuracy_e2e, monkeypatch
     assert simulated == [["r0", "r2"]]
     assert (summary["resimulated_rows"], summary["rows"]) == (2, 3)
     assert terms.frontend_output_s == pytest.approx(0.015, rel=1e-3)
+
+
+def test_no_resimulated_rows_is_the_first_step_alone(accuracy_e2e, monkeypatch):
+    """``resim_rows`` 0: nothing is simulated, and the terms are step one's x1 = 30 ms
+    (measured 130 ms, term-free 100 ms, slope 1)."""
+    def simulate(*args):
+        raise AssertionError("simulated with resim_rows 0")
+
+    monkeypatch.setattr(accuracy_e2e, "predict_all", simulate)
+    rows = _rows(1.5)
+    unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
+    terms, _ = accuracy_e2e.fit_resimulated(
+        [0, 1, 2], rows, [None] * 3, unfitted, [80] * 3, [0.05] * 3, ("frontend_output_s",),
+        None, 1, resim_rows=0)
+    assert terms.frontend_output_s == pytest.approx(0.030, rel=1e-3)
