@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -56,3 +57,10 @@ def sim_compiled():
         run_engine(req, AffineStepCost(0.01), EngineParams(num_gpu_blocks=64, policy=policy,
                                                            max_model_len=256))
     return True
+
+
+@pytest.fixture
+def accuracy_e2e(monkeypatch):
+    """``bench/accuracy_e2e.py`` (and its sibling modules) importable as modules."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    return importlib.import_module("accuracy_e2e")

@@ -4,25 +4,9 @@ deployment simulated once."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
-import pytest
 
 from serveplan.e2e import E2ERow
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-@pytest.fixture
-def accuracy_e2e():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("accuracy_e2e")
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def _row(k: int, concurrency: int) -> E2ERow:

@@ -5,27 +5,13 @@ first-order slope says (the hand computation is in each test)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from serveplan.e2e import E2ERow
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 P0_TTFT, TPOT = 100.0, 10.0  # ms: the term-free prediction of every row
 TRUE_LATENCY = 0.020  # s of frontend_output_s that the stand-in needs to meet the rows
-
-
-@pytest.fixture
-def accuracy_e2e():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("accuracy_e2e")
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def _rows(gain: float) -> list[E2ERow]:
@@ -35,16 +21,22 @@ def _rows(gain: float) -> list[E2ERow]:
                    dp=1, ep=1, ttft_ms=ttft, tpot_ms=TPOT) for k in range(3)]
 
 
-def _fit(accuracy_e2e, monkeypatch, gain: float):
-    """The stand-in: TTFT = 100 ms + gain x the latency (the slope says 1 x)."""
+def _fit(accuracy_e2e, monkeypatch, gain: float, resim_rows: int = 300):
+    """The stand-in: TTFT = 100 ms + gain x the latency (the slope says 1 x). Returns the
+    terms, the fit's summary and the ids of the rows each simulation ran."""
+    simulated = []
+
     def simulate(rows, resolved, terms, jobs):
+        simulated.append([r.id for r in rows])
         return np.array([[P0_TTFT + gain * 1e3 * terms.frontend_output_s, TPOT]] * len(rows))
 
     monkeypatch.setattr(accuracy_e2e, "predict_all", simulate)
     rows = _rows(gain)
     unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
-    return accuracy_e2e.fit_resimulated([0, 1, 2], rows, [None] * 3, unfitted, [80] * 3,
-                                        [0.05] * 3, ("frontend_output_s",), None, 1)
+    terms, summary = accuracy_e2e.fit_resimulated(
+        [0, 1, 2], rows, [None] * 3, unfitted, [80] * 3, [0.05] * 3, ("frontend_output_s",),
+        None, 1, resim_rows)
+    return terms, summary, simulated
 
 
 def test_the_second_step_corrects_a_simulator_that_responds_more(accuracy_e2e, monkeypatch):
@@ -53,7 +45,7 @@ def test_the_second_step_corrects_a_simulator_that_responds_more(accuracy_e2e, m
     x2 = 15 ms = (2g - g^2) x 20 ms: 5 ms from the 20 the rows need, where step one was
     10 ms off ((g - 1)^2 against (g - 1) of 20 ms). Errors: term-free |100 / 130 - 1|,
     at x1 |145 / 130 - 1|."""
-    terms, summary = _fit(accuracy_e2e, monkeypatch, gain=1.5)
+    terms, summary, _ = _fit(accuracy_e2e, monkeypatch, gain=1.5)
     assert terms.frontend_output_s == pytest.approx(0.015, rel=1e-3)
     assert summary["median_abs_err_before"][0] == pytest.approx(30 / 130)
     assert summary["median_abs_err_simulated_first_fit"][0] == pytest.approx(15 / 130)
@@ -62,7 +54,7 @@ def test_the_second_step_corrects_a_simulator_that_responds_more(accuracy_e2e, m
 def test_a_simulator_as_linear_as_the_slopes_keeps_the_first_terms(accuracy_e2e, monkeypatch):
     """Gain 1: step one lands on 20 ms, the simulation there meets the rows, and step two
     does not move."""
-    terms, summary = _fit(accuracy_e2e, monkeypatch, gain=1.0)
+    terms, summary, _ = _fit(accuracy_e2e, monkeypatch, gain=1.0)
     assert terms.frontend_output_s == pytest.approx(TRUE_LATENCY, rel=1e-3)
     assert summary["median_abs_err_simulated_first_fit"][0] == pytest.approx(0.0, abs=1e-4)
 
@@ -79,18 +71,7 @@ def test_the_second_step_simulates_a_proportional_spread_sample(accuracy_e2e):
 def test_a_capped_second_step_fits_on_the_sample_alone(accuracy_e2e, monkeypatch):
     """With a cap of 2 of the 3 rows only rows 0 and 2 are simulated again (linspace(0, 2,
     2)), and the stand-in's terms come out as in the uncapped case (every row is alike)."""
-    simulated = []
-
-    def simulate(rows, resolved, terms, jobs):
-        simulated.append([r.id for r in rows])
-        return np.array([[P0_TTFT + 1.5e3 * terms.frontend_output_s, TPOT]] * len(rows))
-
-    monkeypatch.setattr(accuracy_e2e, "predict_all", simulate)
-    rows = _rows(1.5)
-    unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
-    terms, summary = accuracy_e2e.fit_resimulated(
-        [0, 1, 2], rows, [None] * 3, unfitted, [80] * 3, [0.05] * 3, ("frontend_output_s",),
-        None, 1, resim_rows=2)
+    terms, summary, simulated = _fit(accuracy_e2e, monkeypatch, gain=1.5, resim_rows=2)
     assert simulated == [["r0", "r2"]]
     assert (summary["resimulated_rows"], summary["rows"]) == (2, 3)
     assert terms.frontend_output_s == pytest.approx(0.015, rel=1e-3)
@@ -99,13 +80,6 @@ def test_a_capped_second_step_fits_on_the_sample_alone(accuracy_e2e, monkeypatch
 def test_no_resimulated_rows_is_the_first_step_alone(accuracy_e2e, monkeypatch):
     """``resim_rows`` 0: nothing is simulated, and the terms are step one's x1 = 30 ms
     (measured 130 ms, term-free 100 ms, slope 1)."""
-    def simulate(*args):
-        raise AssertionError("simulated with resim_rows 0")
-
-    monkeypatch.setattr(accuracy_e2e, "predict_all", simulate)
-    rows = _rows(1.5)
-    unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
-    terms, _ = accuracy_e2e.fit_resimulated(
-        [0, 1, 2], rows, [None] * 3, unfitted, [80] * 3, [0.05] * 3, ("frontend_output_s",),
-        None, 1, resim_rows=0)
+    terms, _, simulated = _fit(accuracy_e2e, monkeypatch, gain=1.5, resim_rows=0)
+    assert simulated == []
     assert terms.frontend_output_s == pytest.approx(0.030, rel=1e-3)

@@ -3,25 +3,9 @@ layout is the whole parallel layout, and layouts are compared within one precisi
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
-import pytest
 
 from serveplan.e2e import E2ERow
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-@pytest.fixture(scope="module")
-def accuracy_e2e():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("accuracy_e2e_layouts")
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def _row(k: int, precision: str, tp: int, dp: int, ep: int, ttft: float, tpot: float,
