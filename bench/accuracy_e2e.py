@@ -5,11 +5,10 @@ same closed-loop load is simulated three ways: (a) the GPU steps alone (no engin
 (b) the engine's runtime with unfitted terms (its scheduler, async scheduling, defaults),
 (c) with runtime terms fitted leave-one-model-out (each model predicted by terms fitted on
 the other models of the same engine). The fits are first order in closed form
-(:mod:`serveplan.e2e_fit`), in two steps: from (b), then around those terms from the
-training rows simulated with them (:func:`fit_resimulated`); each held-out row is then
-simulated with its fold's terms. The
-shipped profile's terms are fitted on all rows of an engine that has rows of two or more
-models (``--write-profiles``).
+(:mod:`serveplan.e2e_fit`), in two steps: from (b), then around those terms from a
+sample of the training rows simulated with them (:func:`fit_resimulated`); each held-out
+row is then simulated with its fold's terms. The shipped profile's terms are fitted on all
+rows of an engine that has rows of two or more models (``--write-profiles``).
 
 Writes ``bench/results/accuracy_e2e.md``, ``.json`` and ``_rows.csv`` (every row's
 measured and predicted means; ``--out NAME``: ``NAME.md`` ...).
@@ -51,7 +50,7 @@ from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
 PROFILES = HERE.parent / "estimator" / "data" / "runtime"
-RESIM_ROWS = 300  # training rows a fit's second step simulates again (time: one run each)
+RESIM_ROWS = 100  # training rows a fit's second step simulates again (time: one run each)
 
 
 def sim_key(row):
@@ -181,8 +180,8 @@ def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, sta
     predictions ``unfitted`` (every row), then again around those first terms from
     :func:`resim_sample` of the rows simulated with them (the simulator responds more than
     the slopes at zero say, :mod:`serveplan.e2e_fit`); ``resim_rows`` 0: the first step
-    alone. Returns the terms and the last fit's summary (with the sample's simulated error
-    at the first terms)."""
+    alone. Returns the terms and the last fit's summary: after two steps its errors are
+    the sample's (term-free, simulated at the first terms, first order at the second)."""
     fit_args = dict(names=names, layers=[layers[k] for k in idx],
                     prefill_s=[prefill_s[k] for k in idx])
     first, summ = fit_rows([rows[k] for k in idx], unfitted[idx], start=start, **fit_args)
@@ -314,6 +313,7 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
             continue
         idx = [k for k, r in enumerate(rows) if r.engine == engine]
         before, after = _med_abs(unfitted[idx], meas[idx]), _med_abs(fitted[idx], meas[idx])
+        info["median_abs_err_before"] = [float(v) for v in before]  # every row, not a sample
         info["median_abs_err_held_out"] = [float(v) for v in after]
         info["held_out_worse"] = worse_models(rows, idx, unfitted[idx], fitted[idx])
         if not (after[0] < before[0] and after[1] <= before[1] + 0.005):
@@ -386,6 +386,7 @@ def _command(args) -> str:
             + (" --reuse" if args.reuse else "")
             + (" --report-only" if args.report_only else "")
             + (" --fit-step-overhead" if args.fit_step_overhead else "")
+            + (f" --resim-rows {args.resim_rows}" if args.resim_rows != RESIM_ROWS else "")
             + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
 

@@ -71,12 +71,15 @@ def _profiles(report) -> list[str]:
     if report["folds"]:
         lines += ["", "Leave-one-model-out folds (terms fitted without the held-out model; "
                   "the training rows' median abs TTFT/TPOT of (b) and of the first-order "
-                  "model with the terms):", ""]
+                  "model with the terms; a two-step fit's, over the rows it simulated "
+                  "again at its first terms):", ""]
     for f in report["folds"]:
         b, a = f["median_abs_err_before"], f["median_abs_err_after_first_order"]
         terms = ", ".join(f"{k} = {v:.3g}" for k, v in f["terms"].items() if v)
+        rows = (f"training rows ({f['resimulated_rows']} of {f['rows']} simulated again)"
+                if "resimulated_rows" in f else "training rows")
         lines.append(f"- {f['engine']}, held out {f['held_out']}: {terms or 'all terms 0'}; "
-                     f"training rows {_abs(b[0])}/{_abs(b[1])} -> {_abs(a[0])}/{_abs(a[1])} %")
+                     f"{rows} {_abs(b[0])}/{_abs(b[1])} -> {_abs(a[0])}/{_abs(a[1])} %")
     return lines
 
 
