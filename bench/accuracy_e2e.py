@@ -184,17 +184,22 @@ def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, sta
     the sample's (term-free, simulated at the first terms, first order at the second)."""
     fit_args = dict(names=names, layers=[layers[k] for k in idx],
                     prefill_s=[prefill_s[k] for k in idx])
-    first, summ = fit_rows([rows[k] for k in idx], unfitted[idx], start=start, **fit_args)
+    first, first_summ = fit_rows([rows[k] for k in idx], unfitted[idx], start=start,
+                                 **fit_args)
     if resim_rows <= 0:
-        return first, summ
+        return first, first_summ
     sample = [idx[i] for i in resim_sample([rows[k].model for k in idx], resim_rows)]
     sub = [rows[k] for k in sample]
     at_first = predict_all(sub, [resolved[k] for k in sample], first, jobs)
     fit_args.update(layers=[layers[k] for k in sample], prefill_s=[prefill_s[k] for k in sample])
     terms, summ = fit_rows(sub, at_first, **fit_args,
                            start={**(start or {}), **first.model_dump(include=set(names))})
+    kept = set(first_summ["fitted"]) - set(summ["fitted"])  # not in the sample: step one's
+    terms = terms.model_copy(update=first.model_dump(include=kept))
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in sub])
-    summ.update(median_abs_err_before=[float(v) for v in _med_abs(unfitted[sample], meas)],
+    summ.update(fitted=first_summ["fitted"], skipped=first_summ["skipped"],
+                terms=terms.model_dump(),
+                median_abs_err_before=[float(v) for v in _med_abs(unfitted[sample], meas)],
                 median_abs_err_simulated_first_fit=[float(v) for v in _med_abs(at_first, meas)],
                 resimulated_rows=len(sample), rows=len(idx))
     return terms, summ

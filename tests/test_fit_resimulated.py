@@ -5,10 +5,12 @@ first-order slope says (the hand computation is in each test)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from serveplan.e2e import E2ERow
+from serveplan.e2e import E2ERow, Role
 
 P0_TTFT, TPOT = 100.0, 10.0  # ms: the term-free prediction of every row
 TRUE_LATENCY = 0.020  # s of frontend_output_s that the stand-in needs to meet the rows
@@ -83,3 +85,29 @@ def test_no_resimulated_rows_is_the_first_step_alone(accuracy_e2e, monkeypatch):
     terms, _, simulated = _fit(accuracy_e2e, monkeypatch, gain=1.5, resim_rows=0)
     assert simulated == []
     assert terms.frontend_output_s == pytest.approx(0.030, rel=1e-3)
+
+
+def test_a_term_the_sample_cannot_identify_keeps_its_first_step_value(accuracy_e2e,
+                                                                       monkeypatch):
+    """Rows agg, disaggregated, agg; the stand-in adds the handoff on the disaggregated row
+    (slope 1, as the fit's). Measured: agg 130 ms, disaggregated 130 + 40 = 170 ms. Step
+    one on all three: frontend 30 ms, handoff 40 ms. A cap of 2 simulates rows 0 and 2
+    again, both agg: the handoff cannot be fitted there and keeps 40 ms, frontend goes to
+    15 ms as in the agg-only case, and the summary still lists both terms as fitted."""
+    def simulate(rows, resolved, terms, jobs):
+        return np.array([[P0_TTFT + 1.5e3 * terms.frontend_output_s
+                          + (1e3 * terms.disagg_handoff_s if r.mode != "agg" else 0.0), TPOT]
+                         for r in rows])
+
+    monkeypatch.setattr(accuracy_e2e, "predict_all", simulate)
+    role = Role(workers=1, batch=None, tp=1, pp=1, dp=1, ep=1)
+    rows = _rows(1.5)
+    rows[1] = replace(rows[1], mode="disagg", prefill=role, decode=role, ttft_ms=170.0)
+    unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
+    names = ("frontend_output_s", "disagg_handoff_s")
+    terms, summary = accuracy_e2e.fit_resimulated(
+        [0, 1, 2], rows, [None] * 3, unfitted, [80] * 3, [0.05] * 3, names, None, 1,
+        resim_rows=2)
+    assert terms.disagg_handoff_s == pytest.approx(0.040, rel=1e-3)
+    assert terms.frontend_output_s == pytest.approx(0.015, rel=1e-3)
+    assert summary["fitted"] == list(names) and summary["skipped"] == {}
