@@ -159,8 +159,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
-            held = _med_abs(pred[test], np.array([[rows[k].ttft_ms, rows[k].tpot_ms]
-                                                  for k in test]))
+            held = _med_abs(pred[test], measured([rows[k] for k in test]))
             print(f"{engine}: held out {m} ({len(test)} rows): median abs TTFT/TPOT "
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
@@ -196,7 +195,7 @@ def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, sta
                            start={**(start or {}), **first.model_dump(include=set(names))})
     kept = set(first_summ["fitted"]) - set(summ["fitted"])  # not in the sample: step one's
     terms = terms.model_copy(update=first.model_dump(include=kept))
-    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in sub])
+    meas = measured(sub)
     summ.update(fitted=first_summ["fitted"], skipped=first_summ["skipped"],
                 terms=terms.model_dump(),
                 median_abs_err_before=[float(v) for v in _med_abs(unfitted[sample], meas)],
@@ -245,7 +244,7 @@ def group_table(rows, preds: dict[str, np.ndarray]) -> list[dict]:
     groups = defaultdict(list)
     for k, r in enumerate(rows):
         groups[(r.engine, r.model, r.system, r.mode)].append(k)
-    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    meas = measured(rows)
     table = []
     for key, idx in sorted(groups.items()):
         entry = {"engine": key[0], "model": key[1], "system": key[2], "mode": key[3],
@@ -282,6 +281,11 @@ def osl_slopes(rows, preds) -> list[dict]:
     return out
 
 
+def measured(rows) -> np.ndarray:
+    """The rows' measured mean TTFT and TPOT (ms), ``(n, 2)``."""
+    return np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float).reshape(len(rows), 2)
+
+
 def _med_abs(pred, meas) -> np.ndarray:
     """Median |error| of TTFT and TPOT."""
     return np.median(np.abs(_err(pred, meas)), axis=0)
@@ -295,7 +299,7 @@ def _verdict(before, after) -> str:
 def worse_models(rows, idx, before, after) -> list[str]:
     """The models among ``rows[idx]`` whose median |error| of TTFT or TPOT is higher in
     ``after`` than in ``before`` (predictions of those rows, in order), with the figures."""
-    meas = np.array([[rows[k].ttft_ms, rows[k].tpot_ms] for k in idx])
+    meas = measured([rows[k] for k in idx])
     worse = []
     for m in sorted({rows[k].model for k in idx}):
         at = [j for j, k in enumerate(idx) if rows[k].model == m]
@@ -312,7 +316,7 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
     median |error| of TTFT over the engine's rows and raise TPOT's by at most half a
     point against the unfitted runtime; else say why not. Models the terms make worse are
     named either way."""
-    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    meas = measured(rows)
     for engine, info in full.items():
         if not info.get("fitted"):
             continue
@@ -339,7 +343,7 @@ def ship_step_overhead_only(rows, resolved, unfitted, shipped, full, fold_terms,
     model by model (each fold's value), ships if it lowers the median |error| of TPOT over
     the engine's rows and raises TTFT's by at most half a point. Updates ``full`` and the
     engine's rows of ``shipped`` (setting (d)) where it ships."""
-    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    meas = measured(rows)
     for engine, info in full.items():
         terms = info.get("terms")
         if info.get("fitted") or terms is None or terms.step_overhead_s is None:
@@ -518,7 +522,7 @@ def main() -> None:
     rows = load_rows(args.data / "silicon_blackwell.csv")
     reasons = Counter(expressible(r, args.data) or "expressible" for r in rows)
     ok = [r for r in rows if expressible(r, args.data) is None]
-    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
+    meas = measured(ok)
     resolved = None if args.report_only else resolve_all(ok, args.data)
     preds = _predict_settings(args, ok, resolved)
     results = HERE / "results"

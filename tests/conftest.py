@@ -62,5 +62,5 @@ def sim_compiled():
 @pytest.fixture
 def accuracy_e2e(monkeypatch):
     """``bench/accuracy_e2e.py`` (and its sibling modules) importable as modules."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
     return importlib.import_module("accuracy_e2e")
