@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from accuracy_e2e_breakdown import engine_load_table, group_table, light_load_gaps, rel_err
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
 
 from serveplan.e2e import (
@@ -236,33 +237,6 @@ def moves(row, pred0, layers: int, name: str, prefill_s: float) -> bool:
     return bool(np.any(row_slopes(row, pred0, layers, (name,), prefill_s) != 0.0))
 
 
-def _err(pred, meas):
-    return pred / meas - 1.0
-
-
-def group_table(rows, preds: dict[str, np.ndarray]) -> list[dict]:
-    groups = defaultdict(list)
-    for k, r in enumerate(rows):
-        groups[(r.engine, r.model, r.system, r.mode)].append(k)
-    meas = measured(rows)
-    table = []
-    for key, idx in sorted(groups.items()):
-        entry = {"engine": key[0], "model": key[1], "system": key[2], "mode": key[3],
-                 "rows": len(idx)}
-        for name, p in preds.items():
-            e = _err(p[idx], meas[idx])
-            ok = np.isfinite(e).all(axis=1)
-            if not ok.any():
-                continue
-            e = e[ok]
-            entry[name] = {"ttft_med_abs": float(np.median(np.abs(e[:, 0]))),
-                           "ttft_bias": float(np.median(e[:, 0])),
-                           "tpot_med_abs": float(np.median(np.abs(e[:, 1]))),
-                           "tpot_bias": float(np.median(e[:, 1]))}
-        table.append(entry)
-    return table
-
-
 def osl_slopes(rows, preds) -> list[dict]:
     """TTFT change from osl 1024 to 8192 at fixed engine, model, system, agg tp, isl and
     concurrency (a repeated measurement: the last one)."""
@@ -288,7 +262,7 @@ def measured(rows) -> np.ndarray:
 
 def _med_abs(pred, meas) -> np.ndarray:
     """Median |error| of TTFT and TPOT."""
-    return np.median(np.abs(_err(pred, meas)), axis=0)
+    return np.median(np.abs(rel_err(pred, meas)), axis=0)
 
 
 def _verdict(before, after) -> str:
@@ -538,13 +512,15 @@ def main() -> None:
         "date": stamp, "seconds": round(time.time() - t0, 1),
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
         "repeat_spread": repeat_spread(ok),
-        "groups": group_table(ok, preds), "osl_slopes": osl_slopes(ok, preds),
+        "groups": group_table(ok, meas, preds), "osl_slopes": osl_slopes(ok, preds),
+        "by_load": engine_load_table(ok, meas, preds),
+        "light_load_gaps": light_load_gaps(ok, meas, preds["engine_unfitted"]),
         "best_tp": best_layout(ok, preds, "agg", agg_layout),
         "best_pd_split": best_layout(ok, preds, "disagg", pd_layout), "folds": folds,
         "profiles": {e: {k: (v.model_dump() if isinstance(v, RuntimeTerms) else v)
                          for k, v in info.items()} for e, info in full.items()},
-        "overall": {name: {"ttft_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 0]))),
-                           "tpot_med_abs": float(np.nanmedian(np.abs(_err(p, meas)[:, 1])))}
+        "overall": {name: {"ttft_med_abs": float(np.nanmedian(np.abs(rel_err(p, meas)[:, 0]))),
+                           "tpot_med_abs": float(np.nanmedian(np.abs(rel_err(p, meas)[:, 1])))}
                     for name, p in preds.items()},
     }
     if prev is not None:  # the predictions are the earlier run's: so is its provenance

@@ -38,6 +38,29 @@ def _group_rows(report) -> list[str]:
     return lines
 
 
+def _load_rows(report) -> list[str]:
+    lines = ["| engine | clients | rows | setting | TTFT med abs % | TTFT bias % | "
+             "TPOT med abs % | TPOT bias % |", "|---|---|---|---|---|---|---|---|"]
+    for g in report.get("by_load", []):
+        for key, label in NAMES.items():
+            e = g.get(key)
+            if e is not None:
+                lines.append(f"| {g['engine']} | {g['load']} | {g['rows']} | {label[:3]} | "
+                             f"{_abs(e['ttft_med_abs'])} | {_pct(e['ttft_bias'])} | "
+                             f"{_abs(e['tpot_med_abs'])} | {_pct(e['tpot_bias'])} |")
+    return lines
+
+
+def _gap_rows(report) -> list[str]:
+    lines = ["| engine | model | system | isl | rows | measured TTFT ms | engine alone ms | "
+             "gap ms | gap in decode steps |", "|---|---|---|---|---|---|---|---|---|"]
+    for g in report.get("light_load_gaps", []):
+        lines.append(f"| {g['engine']} | {g['model']} | {g['system']} | {g['isl']} | "
+                     f"{g['rows']} | {g['measured_ms']:.0f} | {g['engine_ms']:.0f} | "
+                     f"{g['gap_ms']:.0f} | {g['gap_steps']:.1f} |")
+    return lines
+
+
 def _targets(report) -> list[str]:
     lines = ["| setting | TTFT median abs % (target <= 15) | TPOT median abs % (target <= 10) |",
              "|---|---|---|"]
@@ -179,9 +202,24 @@ predicted by terms fitted on the engine's other models).
 
 {chr(10).join(_targets(report))}
 
+## Per engine and load
+
+Settings (a)-(d) as above; clients = the row's concurrency.
+
+{chr(10).join(_load_rows(report))}
+
 ## Per engine x model x system x mode
 
 {chr(10).join(_group_rows(report))}
+
+## Light load: TTFT outside the simulated engine
+
+Colocated rows with at most 8 clients: medians of the measured TTFT, of the simulated
+engine's without runtime terms (setting (b)), and of their difference, in ms and in the
+row's own measured decode steps. This is the time the runtime terms have to carry; one
+engine's terms can carry it only where it is alike across that engine's models and systems.
+
+{chr(10).join(_gap_rows(report))}
 
 {_notes(path)}
 

@@ -1,0 +1,105 @@
+"""Where the end-to-end error sits: per group and per engine x load, and at light load the
+time the measured TTFT spends outside the simulated engine.
+
+Every table here is computed from the rows and the predictions of one run, so
+``--report-only`` rebuilds it from the rows CSV.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+LOAD_BANDS = ((1, 8, "<= 8"), (9, 128, "9-128"), (129, None, "> 128"))
+"""Concurrency bands (clients) of the engine x load table: light load, where TTFT is
+mostly one prefill plus the time around it; moderate; and saturated, where it is mostly
+the wait for a free slot."""
+LIGHT_LOAD = 8  # clients: the light-load gap table's rows have at most this many
+
+
+def rel_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """predicted / measured - 1, elementwise."""
+    return pred / meas - 1.0
+
+
+def err_stats(e: np.ndarray) -> dict | None:
+    """Median |error| and median error (bias) of TTFT and TPOT over the rows of ``e``
+    (``(n, 2)``) whose two errors are finite, or None if none is."""
+    e = e[np.isfinite(e).all(axis=1)]
+    if not len(e):
+        return None
+    return {"ttft_med_abs": float(np.median(np.abs(e[:, 0]))),
+            "ttft_bias": float(np.median(e[:, 0])),
+            "tpot_med_abs": float(np.median(np.abs(e[:, 1]))),
+            "tpot_bias": float(np.median(e[:, 1]))}
+
+
+def _grouped(keys) -> dict:
+    groups = defaultdict(list)
+    for k, key in enumerate(keys):
+        if key is not None:
+            groups[key].append(k)
+    return dict(sorted(groups.items()))
+
+
+def _stats_table(groups: dict, heads, meas: np.ndarray, preds: dict[str, np.ndarray]):
+    """One entry per group (``heads(key)`` and its row count), with the error statistics of
+    every prediction setting that has a finite one."""
+    table = []
+    for key, idx in groups.items():
+        entry = {**heads(key), "rows": len(idx)}
+        for name, p in preds.items():
+            stats = err_stats(rel_err(p[idx], meas[idx]))
+            if stats is not None:
+                entry[name] = stats
+        table.append(entry)
+    return table
+
+
+def group_table(rows, meas: np.ndarray, preds: dict[str, np.ndarray]) -> list[dict]:
+    """Error statistics of every prediction setting per engine x model x system x mode."""
+    groups = _grouped((r.engine, r.model, r.system, r.mode) for r in rows)
+    fields = ("engine", "model", "system", "mode")
+    heads = lambda key: dict(zip(fields, key, strict=True))  # noqa: E731
+    return _stats_table(groups, heads, meas, preds)
+
+
+def load_band(concurrency: int) -> str:
+    """The :data:`LOAD_BANDS` label of a row's concurrency."""
+    for low, high, label in LOAD_BANDS:
+        if concurrency >= low and (high is None or concurrency <= high):
+            return label
+    raise ValueError(f"concurrency {concurrency} is below every band")
+
+
+def engine_load_table(rows, meas: np.ndarray, preds: dict[str, np.ndarray]) -> list[dict]:
+    """Error statistics of every prediction setting per engine x load band (bands in
+    :data:`LOAD_BANDS` order)."""
+    order = {label: i for i, (_, _, label) in enumerate(LOAD_BANDS)}
+    groups = _grouped((r.engine, order[load_band(r.concurrency)]) for r in rows)
+    heads = lambda key: {"engine": key[0], "load": LOAD_BANDS[key[1]][2]}  # noqa: E731
+    return _stats_table(groups, heads, meas, preds)
+
+
+def light_load_gaps(rows, meas: np.ndarray, engine_only: np.ndarray) -> list[dict]:
+    """At most :data:`LIGHT_LOAD` clients, colocated: per engine x model x system x prompt
+    length, the medians of the measured TTFT, of the simulated engine's without runtime
+    terms (``engine_only``), and of their difference -- in ms, and in the row's own
+    measured decode steps (difference / measured TPOT). A per-engine term can carry this
+    time only where it is alike across the engine's models and systems."""
+    keys = ((r.engine, r.model, r.system, r.isl)
+            if r.mode == "agg" and r.concurrency <= LIGHT_LOAD else None for r in rows)
+    table = []
+    for (engine, model, system, isl), idx in _grouped(keys).items():
+        m, p = meas[idx], engine_only[idx]
+        ok = np.isfinite(p[:, 0])
+        if not ok.any():
+            continue
+        gap = m[ok, 0] - p[ok, 0]
+        table.append({"engine": engine, "model": model, "system": system, "isl": isl,
+                      "rows": int(ok.sum()), "measured_ms": float(np.median(m[ok, 0])),
+                      "engine_ms": float(np.median(p[ok, 0])),
+                      "gap_ms": float(np.median(gap)),
+                      "gap_steps": float(np.median(gap / m[ok, 1]))})
+    return table
