@@ -45,6 +45,7 @@ from serveplan.e2e_fit import (
     mean_lengths,
     row_slopes,
 )
+from serveplan.e2e_select import select_terms, term_sets
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 
@@ -154,8 +155,10 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
         for m in models:
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
+            chosen, choice = _select(train, rows, unfitted, layers, prefill_s, names)
             terms, summ = fit_resimulated(train, rows, resolved, unfitted, layers, prefill_s,
-                                          names, start, jobs, resim_rows)
+                                          chosen, start, jobs, resim_rows)
+            summ.update(choice)
             fold_terms[engine, m] = terms
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
@@ -165,13 +168,22 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
-        checked = [n for n in names if n in validated]
+        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, names)
+        checked = [n for n in chosen if n in validated]
         terms, summ = fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s,
                                       checked, start, jobs, resim_rows)
-        summ["skipped"].update({n: "no held-out model's rows check it" for n in names
+        summ.update(choice)
+        summ["skipped"].update({n: "no held-out model's rows check it" for n in chosen
                                 if n not in validated and n not in summ["skipped"]})
         full[engine] = {**summ, "fitted": True, "terms": terms}
     return pred, folds, full, fold_terms
+
+
+def _select(idx, rows, unfitted, layers, prefill_s, names):
+    """The term set to fit to the rows ``idx`` (:func:`serveplan.e2e_select.select_terms`,
+    among :func:`~serveplan.e2e_select.term_sets` of ``names``) and the choice's summary."""
+    return select_terms([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
+                        [prefill_s[k] for k in idx], term_sets(names))
 
 
 def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, start, jobs,

@@ -1,0 +1,85 @@
+"""Which runtime terms to fit to an engine's rows: chosen by a leave-one-model-out check
+inside those rows, to first order.
+
+More terms fit the training rows better and can carry worse to a model they have not
+seen: on TensorRT-LLM's rows the per-output-token term of the first token's step, fitted
+on the other models, puts tens of ms on gpt-oss-120b's batches where the measured
+TTFT has a few (``bench/results/accuracy_e2e_notes.md``). :func:`select_terms` fits
+each candidate set (:data:`TERM_SETS`) to all but one of the rows' models at a time and
+scores the set by the first-order error of the models left out (median |error| of TTFT
+plus that of TPOT, pooled over the left-out rows; :func:`~serveplan.e2e_fit.fit_rows`'s
+slopes, no simulation). The lowest score wins if it beats the first set's by more than
+:data:`TIE` (the optimiser's last digits are no evidence); otherwise, and on rows of fewer
+than :data:`MIN_MODELS` models, the first set stays. Used inside each held-out fold, the choice
+never sees the fold's held-out model (a nested check), so the held-out error stays
+honest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from serveplan.e2e import E2ERow
+from serveplan.e2e_fit import E2E_FIT_TERMS, fit_rows, row_slopes
+
+LATENCY_TERMS = ("frontend_output_s", "disagg_handoff_s")
+"""A constant latency on every token (and the disaggregated handoff): the fewest terms."""
+TERM_SETS = {"all": E2E_FIT_TERMS, "latency": LATENCY_TERMS}
+"""Candidate term sets, the default first."""
+TIE = 1e-3
+"""Score margin (0.1 point of summed median |error|) a set must beat the first set by."""
+MIN_MODELS = 3
+"""Models the rows need for the inner check: two for a fit, one to hold out, twice."""
+
+
+def term_sets(names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The candidates for a fit of ``names``: all of them, and the latency terms among
+    them with any term beyond :data:`~serveplan.e2e_fit.E2E_FIT_TERMS` (the step overhead
+    on request) kept in both."""
+    extra = tuple(n for n in names if n not in E2E_FIT_TERMS)
+    return {"all": tuple(names),
+            "latency": tuple(n for n in names if n in LATENCY_TERMS) + extra}
+
+
+def _held_out_first_order(rows, pred0, layers, prefill_s, names, models) -> np.ndarray:
+    """Every row's first-order prediction with ``names`` fitted to the other models."""
+    out = np.empty_like(pred0)
+    for m in sorted(set(models)):
+        train = [i for i, mm in enumerate(models) if mm != m]
+        terms, summ = fit_rows([rows[i] for i in train], pred0[train],
+                               [layers[i] for i in train], names,
+                               [prefill_s[i] for i in train])
+        x = np.array([getattr(terms, n) for n in summ["fitted"]])
+        for i in (i for i, mm in enumerate(models) if mm == m):
+            jac = row_slopes(rows[i], pred0[i], layers[i], summ["fitted"], prefill_s[i])
+            out[i] = pred0[i] + jac @ x
+    return out
+
+
+def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
+                 prefill_s: Sequence[float | None],
+                 candidates: dict[str, tuple[str, ...]] | None = None
+                 ) -> tuple[tuple[str, ...], dict]:
+    """The candidate term set (default :data:`TERM_SETS`) with the lowest first-order
+    leave-one-model-out score on ``rows`` (module docstring) from their term-free
+    predictions ``pred0`` (``(n, 2)`` ms), and a summary: the chosen set's name and every
+    set's score (None when the rows have too few models to check)."""
+    candidates = TERM_SETS if candidates is None else candidates
+    models = [r.model for r in rows]
+    first = next(iter(candidates))
+    if len(set(models)) < MIN_MODELS:
+        return tuple(candidates[first]), {"term_set": first, "scores": None}
+    pred0 = np.asarray(pred0, dtype=float)
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float)
+    scores = {}
+    for name, names in candidates.items():
+        pred = _held_out_first_order(rows, pred0, layers, prefill_s, names, models)
+        scores[name] = float(np.sum(np.median(np.abs(pred / meas - 1.0), axis=0)))
+    best = min(candidates, key=lambda n: scores[n])
+    best = best if scores[best] < scores[first] - TIE else first
+    return tuple(candidates[best]), {"term_set": best, "scores": scores}
+
+
+__all__ = ["LATENCY_TERMS", "MIN_MODELS", "TERM_SETS", "TIE", "select_terms", "term_sets"]

@@ -1,0 +1,72 @@
+"""Choosing the runtime terms to fit by a leave-one-model-out check inside the training
+rows (``serveplan.e2e_select``), on rows whose measured TTFT is built by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from serveplan.e2e import E2ERow
+from serveplan.e2e_select import LATENCY_TERMS, TERM_SETS, select_terms, term_sets
+
+
+def _rows(models, concurrencies=(4, 64)):
+    return [E2ERow(id=f"{m}-{c}", engine="trtllm", version="1", model=m, system="b200_sxm",
+                   precision="fp8", mode="agg", isl=1024, osl=1024, concurrency=c,
+                   batch_size=c, tp=1, pp=1, dp=1, ep=1, ttft_ms=0.0, tpot_ms=10.0)
+            for m in models for c in concurrencies]
+
+
+def _measured(rows, ttft):
+    return [replace(r, ttft_ms=float(t)) for r, t in zip(rows, ttft, strict=True)]
+
+
+def test_the_set_that_carries_to_the_held_out_model_wins():
+    """Every row's term-free TTFT is 100 ms and TPOT 10 ms; measured, 130 ms everywhere (a
+    30 ms latency). A set of the latency alone fits 30 ms on any two models and predicts
+    the third exactly: score 0. A set of the per-token term alone must put one value on
+    the 4- and 64-request steps, so no value predicts both 30 ms gaps: its score is above
+    0, and the latency wins although it is the second candidate."""
+    rows = _measured(_rows("abc"), [130.0] * 6)
+    pred0 = np.tile([100.0, 10.0], (6, 1))
+    sets = {"per_token": ("frontend_output_per_token_s",), "latency": ("frontend_output_s",)}
+    names, summary = select_terms(rows, pred0, [80] * 6, [0.05] * 6, sets)
+    assert summary["term_set"] == "latency" and names == ("frontend_output_s",)
+    assert summary["scores"]["latency"] == pytest.approx(0.0, abs=1e-6)
+    assert summary["scores"]["per_token"] > 0.1
+
+
+def test_a_common_per_token_effect_keeps_every_term():
+    """Measured 130 ms + 1 ms per request of the first token's step on every model (134
+    and 194 ms): every term fits it on any two models (score 0), the latency alone cannot
+    (a constant misses one of the two lengths): every term stays."""
+    rows = _rows("abc")
+    rows = _measured(rows, [130.0 + r.concurrency for r in rows])
+    pred0 = np.tile([100.0, 10.0], (6, 1))
+    names, summary = select_terms(rows, pred0, [80] * 6, [0.05] * 6)
+    assert summary["term_set"] == "all" and names == TERM_SETS["all"]
+    assert summary["scores"]["latency"] > summary["scores"]["all"] + 0.05
+
+
+def test_a_shared_latency_keeps_the_default_set():
+    """Measured 130 ms on every row: both sets fit it (score 0 up to the optimiser's
+    last digits): a tie keeps the first set, every term."""
+    rows = _measured(_rows("abc"), [130.0] * 6)
+    pred0 = np.tile([100.0, 10.0], (6, 1))
+    names, summary = select_terms(rows, pred0, [80] * 6, [0.05] * 6)
+    assert summary["term_set"] == "all" and names == TERM_SETS["all"]
+    assert summary["scores"]["all"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_too_few_models_to_check_keep_the_first_set():
+    rows = _measured(_rows("ab"), [130.0] * 4)
+    names, summary = select_terms(rows, np.tile([100.0, 10.0], (4, 1)), [80] * 4, [None] * 4)
+    assert names == TERM_SETS["all"] and summary == {"term_set": "all", "scores": None}
+
+
+def test_term_sets_keep_an_extra_term_in_both():
+    sets = term_sets(TERM_SETS["all"] + ("step_overhead_s",))
+    assert sets["latency"] == LATENCY_TERMS + ("step_overhead_s",)
+    assert sets["all"][-1] == "step_overhead_s"
