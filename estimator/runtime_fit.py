@@ -6,8 +6,7 @@ step. Around a point ``x`` of the terms, a run's predicted medians (TTFT, TPOT) 
 first order as ``pred(x') = pred(x) + J (x' - x)``, with ``J`` the sensitivity of each
 median to each term. :func:`fit_first_order` minimises a robust loss (soft L1) of the log
 ratios predicted / measured of that linear model within bounds (>= 0): a smooth problem
-that needs no simulation; :func:`fit_first_order_median` minimises the median errors
-themselves (the measured end-to-end rows' fit). :func:`fit_terms` wraps it with the simulator in the loop: ``J``
+that needs no simulation. :func:`fit_terms` wraps it with the simulator in the loop: ``J``
 by finite differences of ``predict(terms)`` (one simulation per term; steps of one term
 scale, so that a closed loop whose clients fall in and out of step gives the average
 slope, not a jump), a linear solve, then the simulated loss at the solution -- halving the
@@ -111,41 +110,6 @@ def fit_first_order(pred0: np.ndarray, jac: np.ndarray, measured: np.ndarray,
     return np.clip(sol.x, 0.0, 1.0) * scale
 
 
-MEDIAN_FIT_STARTS = 4  # random starts (fixed seeds) beside the soft-L1 solution and ~0
-
-
-def median_loss(pred: np.ndarray, measured: np.ndarray) -> float:
-    """Median |predicted / measured - 1| of TTFT plus that of TPOT (``(n, 2)``): the
-    figures an accuracy report states (non-positive predictions count as a thousandth of
-    the measurement)."""
-    err = np.abs(np.maximum(pred, 1e-3 * measured) / measured - 1.0)
-    return float(np.median(err[:, 0]) + np.median(err[:, 1]))
-
-
-def fit_first_order_median(pred0: np.ndarray, jac: np.ndarray, measured: np.ndarray,
-                           x0: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """Terms ``x`` in ``[0, upper]`` minimising :func:`median_loss` of the linear model of
-    :func:`fit_first_order` (whose soft-L1 solution is one start). The median is flat and
-    kinked, so Nelder-Mead searches from that solution, from near zero and from
-    :data:`MEDIAN_FIT_STARTS` fixed random points; the best end wins (deterministic). With
-    many rows of several models the soft-L1 loss is pulled towards whichever model has
-    the largest errors; the median is not."""
-    scale = np.where(upper > 0, upper, 1.0)
-    js, u0 = jac * scale, np.clip(x0 / scale, 0.0, 1.0)
-
-    def loss(u):
-        return median_loss(pred0 + js @ (np.clip(u, 0.0, 1.0) - u0), measured)
-
-    soft = fit_first_order(pred0, jac, measured, x0, upper) / scale
-    starts = [soft, np.full(len(u0), 0.01)] + [
-        np.random.RandomState(seed).uniform(0.0, 0.3, len(u0))
-        for seed in range(MEDIAN_FIT_STARTS)]
-    ends = [minimize(loss, s, method="Nelder-Mead",
-                     options={"xatol": 1e-4, "fatol": 1e-5, "maxiter": 4000}) for s in starts]
-    best = min(ends, key=lambda r: r.fun)
-    return np.clip(best.x, 0.0, 1.0) * scale
-
-
 def _value(base: RuntimeTerms, name: str) -> float:
     """``base``'s value of a term; an unset step overhead is the GPU profiles' default."""
     value = getattr(base, name)
@@ -219,6 +183,5 @@ def fit_terms(predict: Callable[[RuntimeTerms], np.ndarray], measured: np.ndarra
                      np.abs(p / measured - 1.0))
 
 
-__all__ = ["FIT_TERMS", "FitResult", "TERM_SCALES", "fit_first_order", "fit_first_order_median",
-           "fit_terms", "median_loss",
+__all__ = ["FIT_TERMS", "FitResult", "TERM_SCALES", "fit_first_order", "fit_terms",
            "identifiable", "robust_loss"]

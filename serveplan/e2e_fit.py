@@ -30,15 +30,9 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
   the GPU profile's, from there: ``start``): TPOT by 1, TTFT by the steps before the first
   token (``TTFT0 / TPOT0``). Not in :data:`E2E_FIT_TERMS` (:data:`STEP_OVERHEAD_TERM`).
 
-:func:`fit_rows` solves for the terms with these slopes -- no simulation -- around the
-predictions it is given: the term-free ones, or those at other terms (``start``). It
-minimises the median |error| of TTFT plus that of TPOT over the rows
-(:func:`~serveplan.estimator.runtime_fit.fit_first_order_median`), the figures the
-accuracy report states: the soft-L1 loss it used before is pulled towards the model with
-the largest errors (on TensorRT-LLM's rows DeepSeek-R1's, so a fold without gpt-oss-120b
-put an 83 ms latency on it). First order, held out model by model, the median fit took
-the median |error| of TTFT from 11.6 to 10.0 % (vLLM), 27.9 to 25.7 % (SGLang) and
-42.6 to 33.3 % (TensorRT-LLM) with every term (``bench/results/accuracy_e2e_notes.md``).
+:func:`fit_rows` solves for the terms with these slopes
+(:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- around the
+predictions it is given: the term-free ones, or those at other terms (``start``).
 
 The simulator responds more than these slopes say: in the first burst the requests
 queue at the serial tokenizer (vLLM MiniMax-M2.5 fp8 on B300 at 256 clients: +25 ms of TTFT
@@ -65,7 +59,7 @@ from serveplan.e2e import BENCH_CLIENT, E2ERow, agg_workers, row_client
 from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.estimator.runtime_fit import (
     TERM_SCALES,
-    fit_first_order_median,
+    fit_first_order,
     identifiable,
 )
 
@@ -166,7 +160,7 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
                     zip(rows, pred0, layers, work, strict=True)])
     upper = np.array([TERM_SCALES[n][1] for n in names])
     x0 = np.array([_start(n, start) for n in names])
-    x = fit_first_order_median(pred0, jac, measured, x0, upper)
+    x = fit_first_order(pred0, jac, measured, x0, upper)
     after = pred0 + jac @ (x - x0)
     med = lambda p: [float(v) for v in np.median(np.abs(p / measured - 1.0), axis=0)]  # noqa: E731
     terms = RuntimeTerms(**{n: float(v) for n, v in zip(names, x, strict=True)})
