@@ -23,32 +23,33 @@ def _ms(x) -> str:
     return f"{x:.0f}" if x is not None else "-"
 
 
-def _group_rows(report) -> list[str]:
-    lines = ["| engine | model | system | mode | rows | setting | TTFT med abs % | TTFT bias % | "
-             "TPOT med abs % | TPOT bias % |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for g in report["groups"]:
-        for key, label in GROUP_NAMES.items():
-            e = g.get(key)
-            if e is None:
-                continue
-            lines.append(f"| {g['engine']} | {g['model']} | {g['system']} | {g['mode']} | "
-                         f"{g['rows']} | "
-                         f"{label} | {_abs(e['ttft_med_abs'])} | {_pct(e['ttft_bias'])} | "
-                         f"{_abs(e['tpot_med_abs'])} | {_pct(e['tpot_bias'])} |")
-    return lines
+STAT_HEAD = "TTFT med abs % | TTFT bias % | TPOT med abs % | TPOT bias % |"
 
 
-def _load_rows(report) -> list[str]:
-    lines = ["| engine | clients | rows | setting | TTFT med abs % | TTFT bias % | "
-             "TPOT med abs % | TPOT bias % |", "|---|---|---|---|---|---|---|---|"]
-    for g in report.get("by_load", []):
-        for key, label in NAMES.items():
+def _stats_rows(entries, keys: tuple[str, ...], names: dict[str, str], label) -> list[str]:
+    """A markdown table of error statistics: the entry fields ``keys``, its rows, then one
+    line per prediction setting of ``names`` it has (``label``: the setting's column)."""
+    lines = ["| " + " | ".join(keys) + " | rows | setting | " + STAT_HEAD,
+             "|---" * (len(keys) + 6) + "|"]
+    for g in entries:
+        for key, name in names.items():
             e = g.get(key)
             if e is not None:
-                lines.append(f"| {g['engine']} | {g['load']} | {g['rows']} | {label[:3]} | "
+                head = " | ".join(str(g[k]) for k in keys)
+                lines.append(f"| {head} | {g['rows']} | {label(name)} | "
                              f"{_abs(e['ttft_med_abs'])} | {_pct(e['ttft_bias'])} | "
                              f"{_abs(e['tpot_med_abs'])} | {_pct(e['tpot_bias'])} |")
     return lines
+
+
+def _group_rows(report) -> list[str]:
+    return _stats_rows(report["groups"], ("engine", "model", "system", "mode"), GROUP_NAMES,
+                       lambda name: name)
+
+
+def _load_rows(report) -> list[str]:
+    return _stats_rows(report.get("by_load", []), ("engine", "load"), NAMES,
+                       lambda name: name[:3])
 
 
 def _gap_rows(report) -> list[str]:
@@ -204,7 +205,7 @@ predicted by terms fitted on the engine's other models).
 
 ## Per engine and load
 
-Settings (a)-(d) as above; clients = the row's concurrency.
+Settings (a)-(d) as above; load = the row's concurrency (clients).
 
 {chr(10).join(_load_rows(report))}
 
