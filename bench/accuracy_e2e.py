@@ -365,7 +365,8 @@ def write_profiles(full: dict, stamp: str) -> None:
                          "validated leave-one-model-out (bench/results/accuracy_e2e.md)",
                 "date": stamp, "median_abs_err_before": info["median_abs_err_before"],
                 "median_abs_err_held_out": info["median_abs_err_held_out"],
-                "held_out_models_worse": info["held_out_worse"]}
+                "held_out_models_worse": info["held_out_worse"],
+                "term_set": info.get("term_set")}
         else:
             prof["terms"] = {}
             prof["provenance"] = {"terms": f"not fitted: {info['reason']}", "date": stamp}

@@ -3,14 +3,14 @@ inside those rows, to first order.
 
 More terms fit the training rows better and can carry worse to a model they have not
 seen: on TensorRT-LLM's rows the per-output-token term of the first token's step, fitted
-on the other models, puts tens of ms on gpt-oss-120b's batches where the measured
-TTFT has a few (``bench/results/accuracy_e2e_notes.md``). :func:`select_terms` fits
-each candidate set (:data:`TERM_SETS`) to all but one of the rows' models at a time and
-scores the set by the first-order error of the models left out (median |error| of TTFT
-plus that of TPOT, pooled over the left-out rows; :func:`~serveplan.e2e_fit.fit_rows`'s
-slopes, no simulation). The lowest score wins if it beats the first set's by more than
-:data:`TIE` (the optimiser's last digits are no evidence); otherwise, and on rows of fewer
-than :data:`MIN_MODELS` models, the first set stays. Used inside each held-out fold, the choice
+on the other models, put 1.9 ms per request of the step on gpt-oss-120b (TTFT +96 % held
+out, ``bench/results/accuracy_e2e_notes.md``). :func:`select_terms` fits each candidate
+set (:data:`TERM_SETS`) to all but one of the rows' models at a time and scores the set by
+the first-order error of the models left out (median |error| of TTFT plus that of TPOT,
+pooled over the left-out rows; :func:`~serveplan.e2e_fit.fit_rows`'s slopes, no
+simulation). The lowest score wins if it beats the first set's by more than :data:`TIE`
+(the optimiser's last digits are no evidence); otherwise, and on rows of fewer than
+:data:`MIN_MODELS` models, the first set stays. Used inside each held-out fold, the choice
 never sees the fold's held-out model (a nested check), so the held-out error stays
 honest.
 """
