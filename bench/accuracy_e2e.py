@@ -43,6 +43,7 @@ from serveplan.e2e_fit import (
     STEP_OVERHEAD_TERM,
     fit_rows,
     mean_lengths,
+    measured_means,
     row_slopes,
 )
 from serveplan.e2e_select import select_terms, term_sets
@@ -155,7 +156,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
         for m in models:
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
-            chosen, choice = _select(train, rows, unfitted, layers, prefill_s, names)
+            chosen, choice = _select(train, rows, unfitted, layers, prefill_s, names, start)
             terms, summ = fit_resimulated(train, rows, resolved, unfitted, layers, prefill_s,
                                           chosen, start, jobs, resim_rows)
             summ.update(choice)
@@ -163,12 +164,12 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
-            held = _med_abs(pred[test], measured([rows[k] for k in test]))
+            held = _med_abs(pred[test], measured_means([rows[k] for k in test]))
             print(f"{engine}: held out {m} ({len(test)} rows): median abs TTFT/TPOT "
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
-        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, names)
+        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, names, start)
         checked = [n for n in chosen if n in validated]
         terms, summ = fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s,
                                       checked, start, jobs, resim_rows)
@@ -179,11 +180,11 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
     return pred, folds, full, fold_terms
 
 
-def _select(idx, rows, unfitted, layers, prefill_s, names):
+def _select(idx, rows, unfitted, layers, prefill_s, names, start):
     """The term set to fit to the rows ``idx`` (:func:`serveplan.e2e_select.select_terms`,
     among :func:`~serveplan.e2e_select.term_sets` of ``names``) and the choice's summary."""
     return select_terms([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
-                        [prefill_s[k] for k in idx], term_sets(names))
+                        [prefill_s[k] for k in idx], term_sets(names), start)
 
 
 def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, start, jobs,
@@ -208,7 +209,7 @@ def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, sta
                            start={**(start or {}), **first.model_dump(include=set(names))})
     kept = set(first_summ["fitted"]) - set(summ["fitted"])  # not in the sample: step one's
     terms = terms.model_copy(update=first.model_dump(include=kept))
-    meas = measured(sub)
+    meas = measured_means(sub)
     summ.update(fitted=first_summ["fitted"], skipped=first_summ["skipped"],
                 terms=terms.model_dump(),
                 median_abs_err_before=[float(v) for v in _med_abs(unfitted[sample], meas)],
@@ -267,11 +268,6 @@ def osl_slopes(rows, preds) -> list[dict]:
     return out
 
 
-def measured(rows) -> np.ndarray:
-    """The rows' measured mean TTFT and TPOT (ms), ``(n, 2)``."""
-    return np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float).reshape(len(rows), 2)
-
-
 def _med_abs(pred, meas) -> np.ndarray:
     """Median |error| of TTFT and TPOT."""
     return np.median(np.abs(rel_err(pred, meas)), axis=0)
@@ -285,7 +281,7 @@ def _verdict(before, after) -> str:
 def worse_models(rows, idx, before, after) -> list[str]:
     """The models among ``rows[idx]`` whose median |error| of TTFT or TPOT is higher in
     ``after`` than in ``before`` (predictions of those rows, in order), with the figures."""
-    meas = measured([rows[k] for k in idx])
+    meas = measured_means([rows[k] for k in idx])
     worse = []
     for m in sorted({rows[k].model for k in idx}):
         at = [j for j, k in enumerate(idx) if rows[k].model == m]
@@ -302,7 +298,7 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
     median |error| of TTFT over the engine's rows and raise TPOT's by at most half a
     point against the unfitted runtime; else say why not. Models the terms make worse are
     named either way."""
-    meas = measured(rows)
+    meas = measured_means(rows)
     for engine, info in full.items():
         if not info.get("fitted"):
             continue
@@ -329,7 +325,7 @@ def ship_step_overhead_only(rows, resolved, unfitted, shipped, full, fold_terms,
     model by model (each fold's value), ships if it lowers the median |error| of TPOT over
     the engine's rows and raises TTFT's by at most half a point. Updates ``full`` and the
     engine's rows of ``shipped`` (setting (d)) where it ships."""
-    meas = measured(rows)
+    meas = measured_means(rows)
     for engine, info in full.items():
         terms = info.get("terms")
         if info.get("fitted") or terms is None or terms.step_overhead_s is None:
@@ -509,7 +505,7 @@ def main() -> None:
     rows = load_rows(args.data / "silicon_blackwell.csv")
     reasons = Counter(expressible(r, args.data) or "expressible" for r in rows)
     ok = [r for r in rows if expressible(r, args.data) is None]
-    meas = measured(ok)
+    meas = measured_means(ok)
     resolved = None if args.report_only else resolve_all(ok, args.data)
     preds = _predict_settings(args, ok, resolved)
     results = HERE / "results"

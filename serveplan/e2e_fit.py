@@ -141,6 +141,31 @@ def _start(name: str, start: dict[str, float] | None) -> float:
     return 0.0
 
 
+def measured_means(rows: Sequence[E2ERow]) -> np.ndarray:
+    """The rows' measured mean TTFT and TPOT (ms), ``(n, 2)``."""
+    return np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float).reshape(len(rows), 2)
+
+
+def _slopes(rows, pred0, layers, names, prefill_s) -> np.ndarray:
+    """Every row's :func:`row_slopes`, ``(n, 2, len(names))``."""
+    work = prefill_s if prefill_s is not None else [None] * len(rows)
+    return np.stack([row_slopes(r, p, n, names, w) for r, p, n, w in
+                     zip(rows, pred0, layers, work, strict=True)]).reshape(len(rows), 2,
+                                                                            len(names))
+
+
+def first_order(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
+                terms: RuntimeTerms, names: Sequence[str],
+                prefill_s: Sequence[float] | None = None,
+                start: dict[str, float] | None = None) -> np.ndarray:
+    """``pred0`` (``(n, 2)`` ms, at the terms' values in ``start``, else 0) moved to first
+    order to ``terms``' values of ``names``."""
+    pred0 = np.asarray(pred0, dtype=float)
+    x = np.array([getattr(terms, n) for n in names], dtype=float)
+    x0 = np.array([_start(n, start) for n in names])
+    return pred0 + _slopes(rows, pred0, layers, names, prefill_s) @ (x - x0)
+
+
 def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
              names: Sequence[str] = E2E_FIT_TERMS,
              prefill_s: Sequence[float] | None = None,
@@ -151,18 +176,16 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
     GPU profile's ``step_overhead_s``; every term must have one there). Returns the terms
     and a summary (fitted, skipped, median |error| of the first-order model before and
     after)."""
-    measured = np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float)
+    meas = measured_means(rows)
     pred0 = np.asarray(pred0, dtype=float)
     tp = np.array([max(_tp_first(r)) for r in rows])
     names, skipped = identifiable(names, tp, np.array([r.mode != "agg" for r in rows]))
-    work = prefill_s if prefill_s is not None else [None] * len(rows)
-    jac = np.stack([row_slopes(r, p, n, names, w) for r, p, n, w in
-                    zip(rows, pred0, layers, work, strict=True)])
+    jac = _slopes(rows, pred0, layers, names, prefill_s)
     upper = np.array([TERM_SCALES[n][1] for n in names])
     x0 = np.array([_start(n, start) for n in names])
-    x = fit_first_order(pred0, jac, measured, x0, upper)
+    x = fit_first_order(pred0, jac, meas, x0, upper)
     after = pred0 + jac @ (x - x0)
-    med = lambda p: [float(v) for v in np.median(np.abs(p / measured - 1.0), axis=0)]  # noqa: E731
+    med = lambda p: [float(v) for v in np.median(np.abs(p / meas - 1.0), axis=0)]  # noqa: E731
     terms = RuntimeTerms(**{n: float(v) for n, v in zip(names, x, strict=True)})
     return terms, {"fitted": list(names), "skipped": skipped,
                    "median_abs_err_before": med(pred0),
@@ -170,4 +193,5 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
                    "terms": terms.model_dump()}
 
 
-__all__ = ["E2E_FIT_TERMS", "STEP_OVERHEAD_TERM", "fit_rows", "mean_lengths", "row_slopes"]
+__all__ = ["E2E_FIT_TERMS", "STEP_OVERHEAD_TERM", "first_order", "fit_rows", "mean_lengths",
+           "measured_means", "row_slopes"]

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from serveplan.e2e import E2ERow
-from serveplan.e2e_fit import E2E_FIT_TERMS, fit_rows, row_slopes
+from serveplan.e2e_fit import E2E_FIT_TERMS, first_order, fit_rows, measured_means
 
 LATENCY_TERMS = ("frontend_output_s", "disagg_handoff_s")
 """A constant latency on every token (and the disaggregated handoff): the fewest terms."""
@@ -43,39 +43,39 @@ def term_sets(names: Sequence[str]) -> dict[str, tuple[str, ...]]:
             "latency": tuple(n for n in names if n in LATENCY_TERMS) + extra}
 
 
-def _held_out_first_order(rows, pred0, layers, prefill_s, names, models) -> np.ndarray:
+def _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start):
     """Every row's first-order prediction with ``names`` fitted to the other models."""
     out = np.empty_like(pred0)
     for m in sorted(set(models)):
         train = [i for i, mm in enumerate(models) if mm != m]
-        terms, summ = fit_rows([rows[i] for i in train], pred0[train],
-                               [layers[i] for i in train], names,
-                               [prefill_s[i] for i in train])
-        x = np.array([getattr(terms, n) for n in summ["fitted"]])
-        for i in (i for i, mm in enumerate(models) if mm == m):
-            jac = row_slopes(rows[i], pred0[i], layers[i], summ["fitted"], prefill_s[i])
-            out[i] = pred0[i] + jac @ x
+        test = [i for i, mm in enumerate(models) if mm == m]
+        pick = lambda seq, idx: [seq[i] for i in idx]  # noqa: E731
+        terms, summ = fit_rows(pick(rows, train), pred0[train], pick(layers, train), names,
+                               pick(prefill_s, train), start)
+        out[test] = first_order(pick(rows, test), pred0[test], pick(layers, test), terms,
+                                summ["fitted"], pick(prefill_s, test), start)
     return out
 
 
 def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
                  prefill_s: Sequence[float | None],
-                 candidates: dict[str, tuple[str, ...]] | None = None
-                 ) -> tuple[tuple[str, ...], dict]:
+                 candidates: dict[str, tuple[str, ...]] | None = None,
+                 start: dict[str, float] | None = None) -> tuple[tuple[str, ...], dict]:
     """The candidate term set (default :data:`TERM_SETS`) with the lowest first-order
     leave-one-model-out score on ``rows`` (module docstring) from their term-free
     predictions ``pred0`` (``(n, 2)`` ms), and a summary: the chosen set's name and every
-    set's score (None when the rows have too few models to check)."""
+    set's score (None when the rows have too few models to check). ``start``: a term's
+    value in ``pred0`` where not 0, as :func:`~serveplan.e2e_fit.fit_rows` takes it."""
     candidates = TERM_SETS if candidates is None else candidates
     models = [r.model for r in rows]
     first = next(iter(candidates))
     if len(set(models)) < MIN_MODELS:
         return tuple(candidates[first]), {"term_set": first, "scores": None}
     pred0 = np.asarray(pred0, dtype=float)
-    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows], dtype=float)
+    meas = measured_means(rows)
     scores = {}
     for name, names in candidates.items():
-        pred = _held_out_first_order(rows, pred0, layers, prefill_s, names, models)
+        pred = _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start)
         scores[name] = float(np.sum(np.median(np.abs(pred / meas - 1.0), axis=0)))
     best = min(candidates, key=lambda n: scores[n])
     best = best if scores[best] < scores[first] - TIE else first

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from serveplan.e2e import E2ERow
+from serveplan.e2e_fit import first_order
 from serveplan.e2e_select import LATENCY_TERMS, TERM_SETS, select_terms, term_sets
+from serveplan.estimator.runtime import RuntimeTerms
 
 
 def _rows(models, concurrencies=(4, 64)):
@@ -70,3 +72,27 @@ def test_term_sets_keep_an_extra_term_in_both():
     sets = term_sets(TERM_SETS["all"] + ("step_overhead_s",))
     assert sets["latency"] == LATENCY_TERMS + ("step_overhead_s",)
     assert sets["all"][-1] == "step_overhead_s"
+
+
+def test_a_fit_with_the_step_overhead_starts_where_the_predictions_are():
+    """With ``step_overhead_s`` among the names (``--fit-step-overhead``), its value in the
+    predictions (0.5 ms) must reach every inner fit. Measured 130 ms everywhere: both sets
+    (each with the step overhead) fit it, a tie keeps every term."""
+    rows = _measured(_rows("abc"), [130.0] * 6)
+    pred0 = np.tile([100.0, 10.0], (6, 1))
+    names, summary = select_terms(rows, pred0, [80] * 6, [0.05] * 6,
+                                  term_sets(TERM_SETS["all"] + ("step_overhead_s",)),
+                                  start={"step_overhead_s": 5e-4})
+    assert summary["term_set"] == "all" and names[-1] == "step_overhead_s"
+    assert summary["scores"]["all"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_first_order_by_hand():
+    """TTFT 100 ms, TPOT 10 ms at a step overhead of 0.5 ms. A 30 ms latency adds 30 ms of
+    TTFT; the step overhead at 1.5 ms adds 1 ms to TPOT and 1 ms to each of the 100 / 10 =
+    10 steps before the first token: TTFT 140 ms, TPOT 11 ms."""
+    row = _rows("a", (4,))
+    terms = RuntimeTerms(frontend_output_s=0.03, step_overhead_s=1.5e-3)
+    got = first_order(row, np.array([[100.0, 10.0]]), [80], terms,
+                      ("frontend_output_s", "step_overhead_s"), start={"step_overhead_s": 5e-4})
+    np.testing.assert_allclose(got, [[140.0, 11.0]])
