@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 from accuracy_e2e_breakdown import engine_load_table, group_table, light_load_gaps, rel_err
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
+from accuracy_e2e_selfcal import SELF_TERMS, self_calibrated
+from accuracy_e2e_selfcal import summary as selfcal_summary
 
 from serveplan.e2e import (
     expressible,
@@ -420,13 +422,15 @@ def write_rows_csv(path: Path, rows, meas, preds: dict) -> None:
                          + [f"{v:.4g}" for p in preds.values() for v in p[k]])
 
 
-def read_rows_csv(path: Path, rows, names) -> dict:
+def read_rows_csv(path: Path, rows, names, optional: bool = False) -> dict:
     """The predictions ``names`` of a previous run's rows file, if it holds ``rows`` in
-    order (``--reuse``); else an error."""
+    order (``--reuse``); else an error (``optional``: names the file lacks are left out)."""
     with path.open(newline="") as fh:
         table = list(csv.DictReader(fh))
     if [t["id"] for t in table] != [r.id for r in rows]:
         raise SystemExit(f"{path}: not the rows of this data (run without --reuse)")
+    if optional:
+        names = [n for n in names if table and f"{n}_ttft_ms" in table[0]]
     return {n: np.array([[float(t[f"{n}_ttft_ms"]), float(t[f"{n}_tpot_ms"])] for t in table])
             for n in names}
 
@@ -496,6 +500,34 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     return folds, full
 
 
+def _self_calibration(args, ok, meas, preds, resolved, prev) -> tuple[np.ndarray, dict] | None:
+    """Setting (e) (:mod:`accuracy_e2e_selfcal`): each deployment's heavier rows predicted
+    with terms fitted on its own light rows, and its summary; with ``--report-only`` the
+    earlier run's; None without fits (or with the step overhead fitted: (c) is not the
+    default's)."""
+    if args.no_fit or args.fit_step_overhead:
+        return None
+    if prev is not None:
+        calibrated = read_rows_csv(HERE / "results" / f"{args.out}_rows.csv", ok,
+                                   ("self_calibrated",), optional=True)
+        if "self_calibration" not in prev or not calibrated:
+            return None
+        return calibrated["self_calibrated"], prev["self_calibration"]
+    resolved, prefill_s = resolved
+    layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+    unfitted = preds["engine_unfitted"]
+
+    def fit(idx):
+        return fit_resimulated(idx, ok, resolved, unfitted, layers, prefill_s, SELF_TERMS,
+                               None, args.jobs, args.resim_rows)
+
+    def predict(idx, terms):
+        return predict_all([ok[k] for k in idx], [resolved[k] for k in idx], terms, args.jobs)
+
+    calibrated, fits = self_calibrated(ok, fit, predict)
+    return calibrated, selfcal_summary(ok, meas, preds["engine_fitted_lomo"], calibrated, fits)
+
+
 def main() -> None:
     ap = _parser()
     args = ap.parse_args()
@@ -513,6 +545,7 @@ def main() -> None:
             else None)  # the run whose predictions --report-only reports
     write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)  # --reuse after a stop
     folds, full = _fits(args, ok, preds, prev, resolved)
+    calibration = _self_calibration(args, ok, meas, preds, resolved, prev)
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
@@ -536,8 +569,11 @@ def main() -> None:
         report.update(command=prev["command"].split(" (report rebuilt")[0]
                       + f" (report rebuilt: {report['command']})",
                       date=prev["date"], seconds=prev["seconds"])
+    columns = dict(preds)
+    if calibration is not None:
+        columns["self_calibrated"], report["self_calibration"] = calibration
     (results / f"{args.out}.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
-    write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)
+    write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, columns)
     from accuracy_e2e_report import write_markdown
 
     write_markdown(report, results / f"{args.out}.md")

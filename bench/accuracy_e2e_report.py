@@ -74,6 +74,23 @@ def _targets(report) -> list[str]:
     return lines
 
 
+def _self_calibration(report) -> str:
+    sc = report.get("self_calibration")
+    if sc is None:
+        return "Not run (`--no-fit`, `--fit-step-overhead`, or a report from before it)."
+    terms = ", ".join(f"`{t}`" for t in sc["terms"])
+    table = _stats_rows(sc["by_engine"], ("engine", "deployments"),
+                        {"c": "(c) held out", "e": "(e) own light runs"}, lambda name: name)
+    return f"""Not a target setting: what a user who has measured their own deployment at a
+few light loads gets from calibrating on those runs (`serveplan calibrate --runs`). A
+deployment is an engine, model, system, mode, precision and layout; each with at least
+{sc['min_light_rows']} rows at up to {sc['light_clients']} clients (and some above) has {terms}
+fitted on those rows (the folds' two steps, `bench/accuracy_e2e_selfcal.py`), and its rows
+above {sc['light_clients']} clients are predicted with them; (c) on the same rows for comparison.
+
+{chr(10).join(table)}"""
+
+
 def _profiles(report) -> list[str]:
     if not report["profiles"]:
         return ["Not fitted in this run (`--no-fit`)."]
@@ -221,6 +238,10 @@ row's own measured decode steps. This is the time the runtime terms have to carr
 engine's terms can carry it only where it is alike across that engine's models and systems.
 
 {chr(10).join(_gap_rows(report))}
+
+## (e) Calibrated on the deployment's own light-load runs
+
+{_self_calibration(report)}
 
 {_notes(path)}
 
