@@ -62,6 +62,17 @@ def _gap_rows(report) -> list[str]:
     return lines
 
 
+def _gap_section(report) -> str:
+    return f"""## Light load: TTFT outside the simulated engine
+
+Colocated rows with at most 8 clients: medians of the measured TTFT, of the simulated
+engine's without runtime terms (setting (b)), and of their difference, in ms and in the
+row's own measured decode steps. This is the time the runtime terms have to carry; one
+engine's terms can carry it only where it is alike across that engine's models and systems.
+
+{chr(10).join(_gap_rows(report))}"""
+
+
 def _targets(report) -> list[str]:
     lines = ["| setting | TTFT median abs % (target <= 15) | TPOT median abs % (target <= 10) |",
              "|---|---|---|"]
@@ -230,14 +241,7 @@ Settings (a)-(d) as above; load = the row's concurrency (clients).
 
 {chr(10).join(_group_rows(report))}
 
-## Light load: TTFT outside the simulated engine
-
-Colocated rows with at most 8 clients: medians of the measured TTFT, of the simulated
-engine's without runtime terms (setting (b)), and of their difference, in ms and in the
-row's own measured decode steps. This is the time the runtime terms have to carry; one
-engine's terms can carry it only where it is alike across that engine's models and systems.
-
-{chr(10).join(_gap_rows(report))}
+{_gap_section(report)}
 
 ## (e) Calibrated on the deployment's own light-load runs
 

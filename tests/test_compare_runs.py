@@ -228,3 +228,23 @@ def test_calibrate_runs_manifest(written_run, tmp_path):
     bad.write_text("runs: [{result: a.json}]\n")
     res = runner.invoke(app, ["calibrate", "--runs", str(bad), "--out", str(out)])
     assert res.exit_code == 1 and "runs.0" in res.output and "deployment" in res.output
+
+
+def test_calibrate_runs_fits_only_the_terms_asked_for(written_run, tmp_path):
+    out = tmp_path / "terms.json"
+    res = runner.invoke(app, ["calibrate", "--runs", str(written_run), *FLAGS, "--out", str(out),
+                              "--max-evals", "10", "--terms", "frontend_output_s", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["fitted"] == ["frontend_output_s"] and report["skipped"] == {}
+    shipped = resolve({"pools": [POOL]}).pools[0].instance.runtime.terms.model_dump()
+    fitted = {k: v for k, v in report["terms"].items() if k != "frontend_output_s"}
+    assert fitted == {k: v for k, v in shipped.items() if k != "frontend_output_s"}
+
+
+def test_calibrate_runs_refuses_an_unknown_term(written_run, tmp_path):
+    res = runner.invoke(app, ["calibrate", "--runs", str(written_run), *FLAGS, "--out",
+                              str(tmp_path / "t.json"), "--terms", "frontend_output_s,warp_s"])
+    assert res.exit_code == 1
+    assert "--terms: warp_s: not a runtime term" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "t.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import pandas as pd
 import typer
@@ -123,12 +124,35 @@ def _run_cases(runs: list[Path], flags: dict, sets: list[str] | None, fmt) -> li
     return cases
 
 
+FitTerms = Annotated[str | None, typer.Option(
+    "--terms", help="With --runs: the runtime terms to fit, comma-separated (default: "
+    "frontend_output_s, frontend_prompt_token_s, frontend_output_per_token_s, "
+    "tp_sync_per_layer_s, disagg_handoff_s; the others: frontend_request_s, step_cpu_s, "
+    "step_cpu_per_request_s, step_cpu_per_token_s, prefill_token_layer_s, step_overhead_s). "
+    "Runs at a few light loads cannot tell a cost per request of the first token's step "
+    "from a constant: leave frontend_output_per_token_s out there.")]
+
+
+def _term_names(text: str | None) -> tuple[str, ...]:
+    """``--terms``: the names given (checked), or the default set."""
+    from serveplan.estimator.runtime_fit import FIT_TERMS, TERM_SCALES
+
+    if text is None:
+        return FIT_TERMS
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in TERM_SCALES]
+    if unknown or not names:
+        raise UserError(f"--terms: {', '.join(unknown) or 'no term given'}: not a runtime "
+                        f"term; known: {', '.join(TERM_SCALES)}")
+    return names
+
+
 def _calibrate_runs(runs: list[Path], out: Path, flags: dict, sets, fmt, max_evals: int,
-                    seed: int, as_json: bool) -> None:
+                    seed: int, as_json: bool, names: tuple[str, ...]) -> None:
     from serveplan.run_calibrate import calibrate_runs
 
     cases = _run_cases(runs, flags, sets, fmt)
-    fit, validation = calibrate_runs(cases, out, max_evals=max_evals, seed=seed)
+    fit, validation = calibrate_runs(cases, out, names=names, max_evals=max_evals, seed=seed)
     report = {"out": str(out), **fit.summary(), "leave_one_run_out": validation.rows()}
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=float))
@@ -208,6 +232,7 @@ def calibrate(
     set_: F.Sets = None,
     max_evals: int = typer.Option(40, "--max-evals", min=1, max=10_000,
                                   help="With --runs: simulations the fit may spend per fit."),
+    terms: FitTerms = None,
     gpu: str | None = typer.Option(
         None, "--gpu", "-g", help="GPU the measurements were taken on (catalog name or YAML); "
         "default: the one GPU named in the files' gpu column."),
@@ -234,5 +259,6 @@ def calibrate(
     if runs:
         if files or measurements or aiconfigurator or vidur:
             raise UserError("--runs: give benchmark results or op measurements, not both")
-        return _calibrate_runs(runs, out, locals(), set_, fmt, max_evals, seed, as_json)
+        return _calibrate_runs(runs, out, locals(), set_, fmt, max_evals, seed, as_json,
+                               _term_names(terms))
     _calibrate_ops(locals())
