@@ -68,9 +68,9 @@ E2E_FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_outpu
 """The terms fitted to the measured rows (module docstring)."""
 STEP_OVERHEAD_TERM = "step_overhead_s"
 """Fitted on request only (``bench/accuracy_e2e.py --fit-step-overhead``): held out model
-by model it raised vLLM's TPOT error (10.4 -> 11.2 % median abs) and, alone, TensorRT-LLM's
-TTFT error (41.5 -> 42.7 %) while it lowered TensorRT-LLM's TPOT error (15.2 -> 11.8 %),
-``bench/results/accuracy_e2e_step_overhead.md``."""
+by model it raised vLLM's errors (TTFT / TPOT 12.5 / 6.4 -> 13.2 / 6.8 % median abs) and
+SGLang's TTFT error (27.0 -> 27.9 %) while it lowered TensorRT-LLM's TPOT error (11.9 ->
+9.8 %, its folds all at 0 ms), ``bench/results/accuracy_e2e_step_overhead.md``."""
 
 
 def _first_token_batch(row: E2ERow) -> float:
