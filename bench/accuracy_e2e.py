@@ -543,7 +543,8 @@ def main() -> None:
     results = HERE / "results"
     prev = (json.loads((results / f"{args.out}.json").read_text()) if args.report_only
             else None)  # the run whose predictions --report-only reports
-    write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)  # --reuse after a stop
+    if not args.report_only:  # --reuse after a stop (a rebuild keeps every column it read)
+        write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)
     folds, full = _fits(args, ok, preds, prev, resolved)
     calibration = _self_calibration(args, ok, meas, preds, resolved, prev)
     stamp = time.strftime("%Y-%m-%d")
