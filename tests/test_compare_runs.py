@@ -179,12 +179,17 @@ def test_compare_malformed_result_names_the_file(tmp_path):
     assert res.exit_code == 1 and "broken.json" in res.output and "Traceback" not in res.output
 
 
+def _calibrate_json(run, out, *extra) -> dict:
+    """``calibrate --runs RUN ... --json`` on the test deployment: its printed report."""
+    res = runner.invoke(app, ["calibrate", "--runs", str(run), *FLAGS, "--out", str(out),
+                              *extra, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
 def test_calibrate_runs_command(written_run, tmp_path):
     out = tmp_path / "terms.json"
-    res = runner.invoke(app, ["calibrate", "--runs", str(written_run), *FLAGS, "--out", str(out),
-                              "--max-evals", "20", "--seed", "3", "--json"])
-    assert res.exit_code == 0, res.output
-    report = json.loads(res.output)
+    report = _calibrate_json(written_run, out, "--max-evals", "20", "--seed", "3")
     assert report["leave_one_run_out"][0]["ttft_err_after"] is None  # one run: none held out
     assert "tp_sync_per_layer_s" in report["skipped"]
     # the profile loads as a pool's runtime profile
@@ -231,11 +236,8 @@ def test_calibrate_runs_manifest(written_run, tmp_path):
 
 
 def test_calibrate_runs_fits_only_the_terms_asked_for(written_run, tmp_path):
-    out = tmp_path / "terms.json"
-    res = runner.invoke(app, ["calibrate", "--runs", str(written_run), *FLAGS, "--out", str(out),
-                              "--max-evals", "10", "--terms", "frontend_output_s", "--json"])
-    assert res.exit_code == 0, res.output
-    report = json.loads(res.output)
+    report = _calibrate_json(written_run, tmp_path / "terms.json", "--max-evals", "10",
+                             "--terms", "frontend_output_s")
     assert report["fitted"] == ["frontend_output_s"] and report["skipped"] == {}
     shipped = resolve({"pools": [POOL]}).pools[0].instance.runtime.terms.model_dump()
     fitted = {k: v for k, v in report["terms"].items() if k != "frontend_output_s"}
