@@ -250,3 +250,21 @@ def test_calibrate_runs_refuses_an_unknown_term(written_run, tmp_path):
     assert res.exit_code == 1
     assert "--terms: warp_s: not a runtime term" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "t.json").exists()
+
+
+def test_calibrate_terms_help_names_every_term():
+    """The --terms help lists the default terms and the others: every term the fit knows."""
+    import re
+
+    from serveplan.commands.calibrate import FitTerms
+    from serveplan.estimator.runtime_fit import TERM_SCALES
+
+    help_text = FitTerms.__metadata__[0].help
+    assert set(re.findall(r"[a-z_]+_s\b", help_text)) == set(TERM_SCALES)
+
+
+def test_calibrate_terms_needs_runs(tmp_path):
+    res = runner.invoke(app, ["calibrate", "--terms", "frontend_output_s", "--out",
+                              str(tmp_path / "p.json"), "--gpu", "h100"])
+    assert res.exit_code == 1 and "--terms goes with --runs" in res.output
+    assert "Traceback" not in res.output

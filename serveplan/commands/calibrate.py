@@ -141,9 +141,11 @@ def _term_names(text: str | None) -> tuple[str, ...]:
         return FIT_TERMS
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     unknown = [n for n in names if n not in TERM_SCALES]
-    if unknown or not names:
-        raise UserError(f"--terms: {', '.join(unknown) or 'no term given'}: not a runtime "
-                        f"term; known: {', '.join(TERM_SCALES)}")
+    if unknown:
+        raise UserError(f"--terms: {', '.join(unknown)}: not a runtime term; known: "
+                        f"{', '.join(TERM_SCALES)}")
+    if not names:
+        raise UserError(f"--terms: give at least one term; known: {', '.join(TERM_SCALES)}")
     return names
 
 
@@ -256,6 +258,8 @@ def calibrate(
 ) -> None:
     """Fit roofline constants and residual correctors to op measurements of one GPU; with
     --runs, an engine's runtime terms to your benchmark results."""
+    if terms is not None and not runs:
+        raise UserError("--terms goes with --runs (the runtime terms fitted to your runs)")
     if runs:
         if files or measurements or aiconfigurator or vidur:
             raise UserError("--runs: give benchmark results or op measurements, not both")
