@@ -422,15 +422,14 @@ def write_rows_csv(path: Path, rows, meas, preds: dict) -> None:
                          + [f"{v:.4g}" for p in preds.values() for v in p[k]])
 
 
-def read_rows_csv(path: Path, rows, names, optional: bool = False) -> dict:
+def read_rows_csv(path: Path, rows, names, optional=()) -> dict:
     """The predictions ``names`` of a previous run's rows file, if it holds ``rows`` in
-    order (``--reuse``); else an error (``optional``: names the file lacks are left out)."""
+    order (``--reuse``); else an error. Those of ``optional`` too, where the file has them."""
     with path.open(newline="") as fh:
         table = list(csv.DictReader(fh))
     if [t["id"] for t in table] != [r.id for r in rows]:
         raise SystemExit(f"{path}: not the rows of this data (run without --reuse)")
-    if optional:
-        names = [n for n in names if table and f"{n}_ttft_ms" in table[0]]
+    names = [*names, *(n for n in optional if table and f"{n}_ttft_ms" in table[0])]
     return {n: np.array([[float(t[f"{n}_ttft_ms"]), float(t[f"{n}_tpot_ms"])] for t in table])
             for n in names}
 
@@ -464,7 +463,8 @@ def _predict_settings(args, ok, resolved) -> dict:
     if args.reuse or args.report_only:
         names = ("gpu_only", "engine_unfitted") + (("engine_fitted_lomo", "as_shipped")
                                                      if args.report_only else ())
-        return read_rows_csv(rows_csv, ok, names)
+        return read_rows_csv(rows_csv, ok, names,  # a rebuild keeps setting (e) too
+                             optional=("self_calibrated",) if args.report_only else ())
     resolved = resolved[0]
     return {"gpu_only": predict_all(ok, resolved, "gpu", args.jobs, args.data),
             "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.jobs)}
@@ -487,7 +487,7 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     if prev is not None:
         return prev["folds"], prev["profiles"]
     resolved, prefill_s = resolved
-    layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+    layers = layer_counts(resolved)
     unfitted = preds["engine_unfitted"]
     names = E2E_FIT_TERMS + ((STEP_OVERHEAD_TERM,) if args.fit_step_overhead else ())
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
@@ -500,21 +500,25 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     return folds, full
 
 
-def _self_calibration(args, ok, meas, preds, resolved, prev) -> tuple[np.ndarray, dict] | None:
+def layer_counts(resolved) -> list[int]:
+    """Each resolved deployment's layer count (its first pool's model)."""
+    return [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+
+
+def _self_calibration(args, ok, meas, preds, resolved, prev,
+                      earlier: np.ndarray | None) -> tuple[np.ndarray, dict] | None:
     """Setting (e) (:mod:`accuracy_e2e_selfcal`): each deployment's heavier rows predicted
     with terms fitted on its own light rows, and its summary; with ``--report-only`` the
-    earlier run's; None without fits (or with the step overhead fitted: (c) is not the
-    default's)."""
+    earlier run's (``earlier``: its rows file's column); None without fits (or with the step
+    overhead fitted: (c) is not the default's)."""
     if args.no_fit or args.fit_step_overhead:
         return None
     if prev is not None:
-        calibrated = read_rows_csv(HERE / "results" / f"{args.out}_rows.csv", ok,
-                                   ("self_calibrated",), optional=True)
-        if "self_calibration" not in prev or not calibrated:
+        if "self_calibration" not in prev or earlier is None:
             return None
-        return calibrated["self_calibrated"], prev["self_calibration"]
+        return earlier, prev["self_calibration"]
     resolved, prefill_s = resolved
-    layers = [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+    layers = layer_counts(resolved)
     unfitted = preds["engine_unfitted"]
 
     def fit(idx):
@@ -540,13 +544,14 @@ def main() -> None:
     meas = measured_means(ok)
     resolved = None if args.report_only else resolve_all(ok, args.data)
     preds = _predict_settings(args, ok, resolved)
+    earlier_calibrated = preds.pop("self_calibrated", None)  # setting (e), rebuilt below
     results = HERE / "results"
     prev = (json.loads((results / f"{args.out}.json").read_text()) if args.report_only
             else None)  # the run whose predictions --report-only reports
     if not args.report_only:  # --reuse after a stop (a rebuild keeps every column it read)
         write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)
     folds, full = _fits(args, ok, preds, prev, resolved)
-    calibration = _self_calibration(args, ok, meas, preds, resolved, prev)
+    calibration = _self_calibration(args, ok, meas, preds, resolved, prev, earlier_calibrated)
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
         write_profiles(full, stamp)
