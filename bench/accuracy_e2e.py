@@ -42,7 +42,9 @@ from serveplan.e2e import (
 )
 from serveplan.e2e_fit import (
     E2E_FIT_TERMS,
+    EXPERT_TERM,
     STEP_OVERHEAD_TERM,
+    RowShape,
     fit_rows,
     mean_lengths,
     measured_means,
@@ -246,7 +248,7 @@ def step_overhead_start(resolved) -> dict[str, float]:
     return {"step_overhead_s": values.pop()}
 
 
-def moves(row, pred0, layers: int, name: str, prefill_s: float) -> bool:
+def moves(row, pred0, layers: RowShape, name: str, prefill_s: float) -> bool:
     """Whether the term ``name`` moves ``row``'s prediction (its first-order slope), so
     that a fold holding out ``row``'s model checks the term."""
     return bool(np.any(row_slopes(row, pred0, layers, (name,), prefill_s) != 0.0))
@@ -489,7 +491,8 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     resolved, prefill_s = resolved
     layers = layer_counts(resolved)
     unfitted = preds["engine_unfitted"]
-    names = E2E_FIT_TERMS + ((STEP_OVERHEAD_TERM,) if args.fit_step_overhead else ())
+    names = E2E_FIT_TERMS + (EXPERT_TERM,) + ((STEP_OVERHEAD_TERM,) if args.fit_step_overhead
+                                              else ())
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
                                            args.jobs, names, args.resim_rows)
     held_out_check(ok, unfitted, fitted, full)
@@ -500,9 +503,10 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     return folds, full
 
 
-def layer_counts(resolved) -> list[int]:
-    """Each resolved deployment's layer count (its first pool's model)."""
-    return [res.pools[0].instance.oracle.model.num_layers for res in resolved]
+def layer_counts(resolved) -> list[RowShape]:
+    """Each resolved deployment's model shape (its first pool's model)."""
+    models = [res.pools[0].instance.oracle.model for res in resolved]
+    return [RowShape(m.num_layers, m.expert_layers) for m in models]
 
 
 def _self_calibration(args, ok, meas, preds, resolved, prev,

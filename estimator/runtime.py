@@ -56,6 +56,12 @@ class RuntimeTerms(BaseModel):
     the KV: the orchestrator's hop from the prefill worker to the decode worker, the
     transfer's setup and registration and the decode side's pickup of the arrived KV --
     a latency on every handoff (requests do not queue behind it), counted in TTFT.
+    ``prefill_step_expert_layer_s`` is charged once per step that carries prompt tokens,
+    per MoE layer and routed expert of the model: such steps run outside CUDA graphs, and
+    the work an engine does per expert of each MoE layer in them beyond the GPU kernels
+    the oracle prices (on the end-to-end rows, TensorRT-LLM's and SGLang's light-load
+    time beyond the priced steps grows with the model's MoE layers times experts; the
+    mechanism is not measured here, the term is its empirical form).
     ``step_overhead_s`` replaces the GPU profile's time per step outside the forward pass
     (``Profile.step_overhead_s``, 0.5 ms, a default no per-op table measures: the sampler,
     the input preparation kernels and the idle gap between steps as this engine runs
@@ -73,6 +79,7 @@ class RuntimeTerms(BaseModel):
     step_cpu_per_token_s: float = Field(0.0, ge=0)
     tp_sync_per_layer_s: float = Field(0.0, ge=0)
     prefill_token_layer_s: float = Field(0.0, ge=0)
+    prefill_step_expert_layer_s: float = Field(0.0, ge=0)
     disagg_handoff_s: float = Field(0.0, ge=0)
     step_overhead_s: float | None = Field(None, ge=0)
 
@@ -80,11 +87,14 @@ class RuntimeTerms(BaseModel):
         return FrontEnd(self.frontend_request_s, self.frontend_prompt_token_s,
                         self.frontend_output_s, self.frontend_output_per_token_s)
 
-    def step_runtime(self, num_layers: int, tp: int) -> StepRuntime:
+    def step_runtime(self, num_layers: int, tp: int, expert_layers: int = 0) -> StepRuntime:
+        """The per-step terms of an instance of a model with ``num_layers`` layers and
+        ``expert_layers`` MoE layers times routed experts (0: dense)."""
         sync = self.tp_sync_per_layer_s * num_layers if tp > 1 else 0.0
         return StepRuntime(self.step_cpu_s, self.step_cpu_per_request_s,
                            self.step_cpu_per_token_s, sync,
-                           self.prefill_token_layer_s * num_layers)
+                           self.prefill_token_layer_s * num_layers,
+                           self.prefill_step_expert_layer_s * expert_layers)
 
 
 class KnobDefaults(BaseModel):
@@ -191,8 +201,9 @@ class EngineRuntime:
     defaults: dict = field(default_factory=dict)
     terms: RuntimeTerms = RuntimeTerms()
 
-    def step_runtime(self, num_layers: int, tp: int) -> StepRuntime:
-        return self.terms.step_runtime(num_layers, tp)
+    def step_runtime(self, model, tp: int) -> StepRuntime:
+        """The per-step terms of an instance of ``model`` (a ``ModelSpec``) at ``tp``."""
+        return self.terms.step_runtime(model.num_layers, tp, model.expert_layers)
 
     def front_end(self) -> FrontEnd:
         return self.terms.front_end()

@@ -47,6 +47,7 @@ TERM_SCALES = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-
                "frontend_request_s": (5e-3, 0.5), "step_cpu_s": (1e-3, 0.05),
                "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4),
                "prefill_token_layer_s": (2e-7, 1e-5), "disagg_handoff_s": (5e-3, 2.0),
+               "prefill_step_expert_layer_s": (2e-6, 1e-4),
                "step_overhead_s": (1e-4, 2e-3)}
 _NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
@@ -70,11 +71,17 @@ class FitResult:
 
 
 def identifiable(names: Sequence[str], tp: np.ndarray,
-                 disaggregated: np.ndarray | None = None) -> tuple[list[str], dict[str, str]]:
+                 disaggregated: np.ndarray | None = None,
+                 expert_layers: np.ndarray | None = None) -> tuple[list[str], dict[str, str]]:
     """The terms the runs can identify, and the reason for each one they cannot
-    (``disaggregated``: which runs hand requests from prefill to decode; None: none)."""
+    (``disaggregated``: which runs hand requests from prefill to decode; None: none;
+    ``expert_layers``: each run's model's MoE layers times experts; None: not known)."""
     keep, skipped = [], {}
     for name in names:
+        if (name == "prefill_step_expert_layer_s" and expert_layers is not None
+                and not np.any(expert_layers)):
+            skipped[name] = "needs runs of a mixture-of-experts model (it is per expert)"
+            continue
         if name == "tp_sync_per_layer_s" and not ((tp > 1).any() and (tp == 1).any()):
             skipped[name] = ("needs runs at tensor-parallel size 1 and > 1 (it is the "
                              "difference between them beyond the all-reduce time)")

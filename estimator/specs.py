@@ -219,6 +219,11 @@ class ModelSpec(BaseModel):
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
+    @property
+    def expert_layers(self) -> int:
+        """MoE layers times routed experts (0 for a dense model)."""
+        return self.num_moe_layers * self.num_experts
+
     @classmethod
     def from_hf_config(cls, cfg: dict, name: str | None = None, *,
                        hf_quant_config: dict | None = None,

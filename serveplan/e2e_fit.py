@@ -24,6 +24,11 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
   the rows' TPOT is met by the GPU steps alone, and fitted here the term bought TTFT with
   TPOT (held out: vLLM TPOT 11.7 -> 14.1 % median abs, ``bench/results/accuracy_e2e.md``
   of 2026-11-27);
+* ``prefill_step_expert_layer_s`` -- TTFT by the model's MoE layers times experts (the
+  request's own prefill step); TPOT, on an agg rank, by that times the steps that carry a
+  prompt per decode step (its clients' prompts over their outputs, at most every step).
+  Dense models: 0. Not in :data:`E2E_FIT_TERMS`: a candidate of the term-set choice
+  (:data:`EXPERT_TERM`);
 * ``disagg_handoff_s`` -- a disaggregated row's TTFT by 1 (every first token waits for its
   handoff), nothing on agg rows; fitted only where the rows include disaggregated ones;
 * ``step_overhead_s`` -- the GPU time of every step outside the forward pass (it replaces
@@ -52,6 +57,7 @@ lands.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,11 +72,26 @@ from serveplan.estimator.runtime_fit import (
 E2E_FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
                  "prefill_token_layer_s", "disagg_handoff_s")
 """The terms fitted to the measured rows (module docstring)."""
+EXPERT_TERM = "prefill_step_expert_layer_s"
+"""Offered to the term-set choice with and without the others (:mod:`serveplan.e2e_select`)."""
 STEP_OVERHEAD_TERM = "step_overhead_s"
 """Fitted on request only (``bench/accuracy_e2e.py --fit-step-overhead``): held out model
 by model it raised vLLM's errors (TTFT / TPOT 12.5 / 6.4 -> 13.2 / 6.8 % median abs) and
 SGLang's TTFT error (27.0 -> 27.9 %) while it lowered TensorRT-LLM's TPOT error (11.9 ->
 9.8 %, its folds all at 0 ms), ``bench/results/accuracy_e2e_step_overhead.md``."""
+
+
+@dataclass(frozen=True)
+class RowShape:
+    """What the slopes need of a row's model: its layers and its MoE layers times routed
+    experts (0: dense). A bare layer count stands for a dense model's."""
+
+    layers: int
+    expert_layers: int = 0
+
+    @classmethod
+    def of(cls, shape: RowShape | int) -> RowShape:
+        return shape if isinstance(shape, RowShape) else cls(int(shape))
 
 
 def _first_token_batch(row: E2ERow) -> float:
@@ -108,11 +129,22 @@ def _prefill_slopes(row: E2ERow, ttft0: float, layers: int,
     return ttft, tpot
 
 
-def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
+def _expert_slopes(row: E2ERow, expert_layers: int) -> tuple[float, float]:
+    """TTFT and TPOT seconds per second of ``prefill_step_expert_layer_s``."""
+    if row.mode != "agg":
+        return float(expert_layers), 0.0
+    prompt_steps = _first_token_batch(row) / max(mean_lengths(row)[1] - 1.0, 1.0)
+    return float(expert_layers), expert_layers * min(prompt_steps, 1.0)
+
+
+def row_slopes(row: E2ERow, pred0: Sequence[float], layers: RowShape | int,
                names: Sequence[str] = E2E_FIT_TERMS,
                prefill_s: float | None = None) -> np.ndarray:
     """``(2, len(names))``: ms of TTFT and TPOT per second of each term (module docstring);
-    ``prefill_s``: the oracle's prefill of one mean prompt alone (seconds), if known."""
+    ``layers``: the model's :class:`RowShape` (or its layer count: dense); ``prefill_s``:
+    the oracle's prefill of one mean prompt alone (seconds), if known."""
+    shape = RowShape.of(layers)
+    layers = shape.layers
     ttft0, tpot0 = float(pred0[0]), float(pred0[1])
     tp_first, tp_decode = _tp_first(row)
     steps = ttft0 / tpot0 if tpot0 > 0 else 0.0
@@ -122,6 +154,7 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: int,
         "frontend_output_per_token_s": (_first_token_batch(row), 0.0),
         "tp_sync_per_layer_s": (layers * steps * (tp_first > 1), layers * (tp_decode > 1)),
         "prefill_token_layer_s": _prefill_slopes(row, ttft0, layers, prefill_s),
+        EXPERT_TERM: _expert_slopes(row, shape.expert_layers),
         "disagg_handoff_s": (float(row.mode != "agg"), 0.0),
         "step_overhead_s": (steps, 1.0),
     }
@@ -154,7 +187,7 @@ def _slopes(rows, pred0, layers, names, prefill_s) -> np.ndarray:
                                                                             len(names))
 
 
-def first_order(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
+def first_order(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShape | int],
                 terms: RuntimeTerms, names: Sequence[str],
                 prefill_s: Sequence[float] | None = None,
                 start: dict[str, float] | None = None) -> np.ndarray:
@@ -166,12 +199,12 @@ def first_order(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int]
     return pred0 + _slopes(rows, pred0, layers, names, prefill_s) @ (x - x0)
 
 
-def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
+def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShape | int],
              names: Sequence[str] = E2E_FIT_TERMS,
              prefill_s: Sequence[float] | None = None,
              start: dict[str, float] | None = None) -> tuple[RuntimeTerms, dict]:
     """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms),
-    each row's layer count and, if known, the oracle's prefill of one mean prompt
+    each row's model shape (:class:`RowShape`, or its layer count) and, if known, the oracle's prefill of one mean prompt
     (``prefill_s``, seconds); ``start``: the value a term has in ``pred0`` where not 0 (the
     GPU profile's ``step_overhead_s``; every term must have one there). Returns the terms
     and a summary (fitted, skipped, median |error| of the first-order model before and
@@ -179,7 +212,8 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
     meas = measured_means(rows)
     pred0 = np.asarray(pred0, dtype=float)
     tp = np.array([max(_tp_first(r)) for r in rows])
-    names, skipped = identifiable(names, tp, np.array([r.mode != "agg" for r in rows]))
+    names, skipped = identifiable(names, tp, np.array([r.mode != "agg" for r in rows]),
+                                  np.array([RowShape.of(n).expert_layers for n in layers]))
     jac = _slopes(rows, pred0, layers, names, prefill_s)
     upper = np.array([TERM_SCALES[n][1] for n in names])
     x0 = np.array([_start(n, start) for n in names])
@@ -193,5 +227,5 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
                    "terms": terms.model_dump()}
 
 
-__all__ = ["E2E_FIT_TERMS", "STEP_OVERHEAD_TERM", "first_order", "fit_rows", "mean_lengths",
+__all__ = ["E2E_FIT_TERMS", "EXPERT_TERM", "STEP_OVERHEAD_TERM", "RowShape", "first_order", "fit_rows", "mean_lengths",
            "measured_means", "row_slopes"]

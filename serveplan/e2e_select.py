@@ -22,12 +22,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from serveplan.e2e import E2ERow
-from serveplan.e2e_fit import E2E_FIT_TERMS, first_order, fit_rows, measured_means
+from serveplan.e2e_fit import E2E_FIT_TERMS, EXPERT_TERM, first_order, fit_rows, measured_means
 
 LATENCY_TERMS = ("frontend_output_s", "disagg_handoff_s")
 """A constant latency on every token (and the disaggregated handoff): the fewest terms."""
-TERM_SETS = {"all": E2E_FIT_TERMS, "latency": LATENCY_TERMS}
-"""Candidate term sets, the default first."""
+TERM_SETS = {"all": E2E_FIT_TERMS, "latency": LATENCY_TERMS,
+             "all+experts": E2E_FIT_TERMS + (EXPERT_TERM,),
+             "latency+experts": LATENCY_TERMS + (EXPERT_TERM,)}
+"""Candidate term sets, the default first: each with and without the per-expert term of
+prompt-carrying steps (:data:`~serveplan.e2e_fit.EXPERT_TERM`)."""
 TIE = 1e-3
 """Score margin (0.1 point of summed median |error|) a set must beat the first set by."""
 MIN_MODELS = 3
@@ -35,12 +38,14 @@ MIN_MODELS = 3
 
 
 def term_sets(names: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """The candidates for a fit of ``names``: all of them, and the latency terms among
-    them with any term beyond :data:`~serveplan.e2e_fit.E2E_FIT_TERMS` (the step overhead
-    on request) kept in both."""
-    extra = tuple(n for n in names if n not in E2E_FIT_TERMS)
-    return {"all": tuple(names),
-            "latency": tuple(n for n in names if n in LATENCY_TERMS) + extra}
+    """The candidates for a fit of ``names``: those of :data:`TERM_SETS` among them, each
+    with any term beyond them (the step overhead on request) kept; the sets with
+    :data:`~serveplan.e2e_fit.EXPERT_TERM` only if ``names`` has it."""
+    known = set(E2E_FIT_TERMS) | {EXPERT_TERM}
+    extra = tuple(n for n in names if n not in known)
+    return {label: tuple(n for n in terms if n in names) + extra
+            for label, terms in TERM_SETS.items()
+            if EXPERT_TERM in names or EXPERT_TERM not in terms}
 
 
 def _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start):

@@ -94,7 +94,7 @@ class ResolvedDeployment:
         """The per-step runtime terms of this instance type (None without an engine)."""
         if self.runtime is None:
             return None
-        return self.runtime.step_runtime(self.oracle.model.num_layers, self.deployment.tp)
+        return self.runtime.step_runtime(self.oracle.model, self.deployment.tp)
 
     def describe(self) -> dict:
         p = self.params

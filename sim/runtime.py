@@ -8,9 +8,11 @@ in two places:
   cpu_per_token_s * tokens``: scheduling, input preparation, output processing) and GPU
   terms per step (``gpu_extra_s``: e.g. the per-layer synchronisation of tensor-parallel
   ranks; ``gpu_per_prefill_token_s`` per prompt token in the step: the engine's prefill
-  work beyond the forward pass the oracle prices). Without async scheduling the CPU work runs between GPU steps (``step = gpu +
-  cpu``); with it the next step's CPU work overlaps this step's GPU work (``step =
-  max(gpu, cpu)``).
+  work beyond the forward pass the oracle prices; ``gpu_per_prefill_step_s`` once per step
+  that carries prompt tokens: such steps run outside CUDA graphs, and their per-step work
+  the graphs of decode steps hide is paid in full). Without async scheduling the CPU work
+  runs between GPU steps (``step = gpu + cpu``); with it the next step's CPU work overlaps
+  this step's GPU work (``step = max(gpu, cpu)``).
 * :class:`FrontEnd` (per deployment) -- the API server: a request is tokenized and set up
   (``request_s + prompt_token_s * prompt`` seconds, one request at a time, first come
   first served) before the engine sees it; each step's tokens are detokenized and streamed
@@ -45,8 +47,9 @@ N_F = 7
 # ring of pending closed-loop releases, heap of pending sends: fe.gi[R_*]
 R_HEAD, R_LEN, S_LEN = range(3)
 # per-step runtime terms: costs.rt[c, T_*]
-T_CPU_BASE, T_CPU_PER_REQUEST, T_CPU_PER_TOKEN, T_GPU_EXTRA, T_GPU_PER_PREFILL_TOKEN = range(5)
-N_T = 5
+(T_CPU_BASE, T_CPU_PER_REQUEST, T_CPU_PER_TOKEN, T_GPU_EXTRA, T_GPU_PER_PREFILL_TOKEN,
+ T_GPU_PER_PREFILL_STEP) = range(6)
+N_T = 6
 
 Front = namedtuple("Front", ["terms", "gi", "ring_r", "ring_t", "t_sent", "d_first", "d_last",
                              "think", "heap_r", "heap_t", "st_of", "st_offset", "st_first",
@@ -76,13 +79,15 @@ class StepRuntime:
     cpu_per_token_s: float = 0.0
     gpu_extra_s: float = 0.0
     gpu_per_prefill_token_s: float = 0.0
+    gpu_per_prefill_step_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_nonneg(self)
 
     def row(self) -> np.ndarray:
         return np.array([self.cpu_base_s, self.cpu_per_request_s, self.cpu_per_token_s,
-                         self.gpu_extra_s, self.gpu_per_prefill_token_s])
+                         self.gpu_extra_s, self.gpu_per_prefill_token_s,
+                         self.gpu_per_prefill_step_s])
 
 
 @dataclass(frozen=True)
@@ -241,6 +246,8 @@ def step_runtime(rt_row, gpu_s, requests, tokens, prefill_tokens, overlap):
     """Wall seconds of a step whose forward pass takes ``gpu_s`` (``prefill_tokens`` of its
     ``tokens`` are prompt tokens)."""
     gpu = gpu_s + rt_row[T_GPU_EXTRA] + rt_row[T_GPU_PER_PREFILL_TOKEN] * prefill_tokens
+    if prefill_tokens > 0:
+        gpu += rt_row[T_GPU_PER_PREFILL_STEP]
     cpu = rt_row[T_CPU_BASE] + rt_row[T_CPU_PER_REQUEST] * requests + \
         rt_row[T_CPU_PER_TOKEN] * tokens
     if overlap:
