@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from serveplan.e2e import E2ERow, Role
-from serveplan.e2e_fit import fit_rows, row_slopes
+from serveplan.e2e_fit import EXPERT_TERM, RowShape, fit_rows, row_slopes
 
 NAMES = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
          "tp_sync_per_layer_s")
@@ -154,3 +154,44 @@ def test_step_overhead_is_fitted_from_the_profiles_value_down_or_up():
     assert max(summary["median_abs_err_after_first_order"]) < 1e-4
     with pytest.raises(ValueError, match="step_overhead_s"):
         fit_rows(rows, np.array(pred0), [61] * 30, names)  # its value in pred0 is unknown
+
+
+def test_expert_slopes_by_hand():
+    """DeepSeek-V3: 58 MoE layers x 256 experts = 14,848 per prompt-carrying step. TTFT: the
+    request's own prefill step, 14,848e3 ms per s. TPOT: 16 clients on the rank prefill
+    once per 920.5 decode steps each (InferenceX mean output 921.5), 16 / 920.5 of the
+    steps carry a prompt: 14,848e3 x 16 / 920.5. A disaggregated decoder prefills nothing;
+    a dense model (a bare layer count) has no experts."""
+    shape = RowShape(61, 58 * 256)
+    s = row_slopes(_row(), (100.0, 10.0), shape, (EXPERT_TERM,))
+    assert s[:, 0] == pytest.approx([14848e3, 14848e3 * 16 / 920.5])
+    pd = _row(mode="disagg", prefill=Role(2, 1, 1, 1, 1, 1), decode=Role(1, 64, 8, 1, 1, 1))
+    assert row_slopes(pd, (100.0, 10.0), shape, (EXPERT_TERM,))[:, 0] == pytest.approx(
+        [14848e3, 0.0])
+    assert row_slopes(_row(), (100.0, 10.0), 80, (EXPERT_TERM,))[:, 0] == pytest.approx([0, 0])
+    every_step = _row(concurrency=4096, batch_size=4096, osl=128)  # > 1 prompt a step
+    assert row_slopes(every_step, (100.0, 10.0), shape, (EXPERT_TERM,))[1, 0] == \
+        pytest.approx(14848e3)
+
+
+def test_expert_term_is_recovered_beside_a_latency_and_skipped_on_dense_rows():
+    """Rows of a MoE (14,848) and a dense model generated with a 20 ms latency and 7 us
+    per expert-layer: both come back; dense rows alone cannot identify the expert term."""
+    rng = np.random.default_rng(3)
+    rows, pred0, shapes = [], [], []
+    for _ in range(30):
+        rows.append(_row(isl=int(rng.choice([1024, 8192])), concurrency=int(rng.choice([4, 64])),
+                         batch_size=None))
+        pred0.append((float(rng.uniform(30, 900)), float(rng.uniform(5, 30))))
+        shapes.append(RowShape(61, int(rng.choice([0, 58 * 256]))))
+    names = ("frontend_output_s", EXPERT_TERM)
+    true = np.array([0.02, 7e-6])
+    truth = [np.array(p) + row_slopes(r, p, n, names) @ true
+             for r, p, n in zip(rows, pred0, shapes, strict=True)]
+    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
+            for r, t in zip(rows, truth, strict=True)]
+    terms, _ = fit_rows(rows, np.array(pred0), shapes, names)
+    assert [terms.frontend_output_s, terms.prefill_step_expert_layer_s] == pytest.approx(
+        true, rel=1e-3)
+    _, summary = fit_rows(rows, np.array(pred0), [RowShape(80)] * len(rows), names)
+    assert "mixture-of-experts" in summary["skipped"][EXPERT_TERM]

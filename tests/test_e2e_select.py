@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from serveplan.e2e import E2ERow
-from serveplan.e2e_fit import first_order
+from serveplan.e2e_fit import EXPERT_TERM, RowShape, first_order, row_slopes
 from serveplan.e2e_select import LATENCY_TERMS, TERM_SETS, select_terms, term_sets
 from serveplan.estimator.runtime import RuntimeTerms
 
@@ -72,6 +72,34 @@ def test_term_sets_keep_an_extra_term_in_both():
     sets = term_sets(TERM_SETS["all"] + ("step_overhead_s",))
     assert sets["latency"] == LATENCY_TERMS + ("step_overhead_s",)
     assert sets["all"][-1] == "step_overhead_s"
+    assert set(sets) == {"all", "latency"}  # no expert term asked for: no sets with it
+
+
+def test_the_expert_term_is_offered_with_and_without_the_others():
+    sets = term_sets(TERM_SETS["all"] + (EXPERT_TERM, "step_overhead_s"))
+    assert sets["latency+experts"] == LATENCY_TERMS + (EXPERT_TERM, "step_overhead_s")
+    assert sets["all+experts"] == TERM_SETS["all"] + (EXPERT_TERM, "step_overhead_s")
+    assert EXPERT_TERM not in sets["all"] + sets["latency"]
+
+
+def test_a_gap_that_grows_with_the_experts_picks_the_expert_term():
+    """Models a, b, c with 0, 4,608 and 14,848 MoE layer-experts, measured as a 10 ms
+    latency and 7 us per layer-expert make them (TTFT +10, +42.3, +113.9 ms; TPOT by the
+    prompt-carrying steps): a latency fitted on two models misses the third; the latency
+    with the expert term predicts every model exactly."""
+    rows = _rows("abc")
+    size = {"a": 0, "b": 36 * 128, "c": 58 * 256}
+    shapes = [RowShape(61, size[r.model]) for r in rows]
+    pred0 = np.tile([100.0, 10.0], (6, 1))
+    truth = [p + row_slopes(r, p, n, ("frontend_output_s", EXPERT_TERM)) @ [0.01, 7e-6]
+             for r, p, n in zip(rows, pred0, shapes, strict=True)]
+    rows = [replace(r, ttft_ms=float(t[0]), tpot_ms=float(t[1]))
+            for r, t in zip(rows, truth, strict=True)]
+    names, summary = select_terms(rows, pred0, shapes, [0.05] * 6,
+                                  term_sets(TERM_SETS["all"] + (EXPERT_TERM,)))
+    assert EXPERT_TERM in names
+    assert summary["scores"][summary["term_set"]] == pytest.approx(0.0, abs=1e-4)
+    assert summary["scores"]["latency"] > 0.05
 
 
 def test_a_fit_with_the_step_overhead_starts_where_the_predictions_are():

@@ -89,6 +89,31 @@ def test_prefill_tokens_lengthen_the_steps_that_hold_them():
     assert res.t_finish.tolist() == pytest.approx([0.0336, 0.0436])
 
 
+def test_a_prompt_carrying_step_pays_its_per_step_cost_once():
+    """5 ms once per step that carries prompt tokens, however many. A (prompt 16, output 3)
+    at 0: its prefill step takes 10 + 5 = 15 ms, its decodes 10 ms: tokens at 15, 25, 35.
+    B (prompt 20, output 2) at 18 joins the step formed at 25 with A's last decode: 15 ms,
+    so A finishes and B gets its first token at 40; B's last at 50. Two prompts that wait
+    together (B and C at 5 ms, during A's prefill) share the step formed at 15 ms with A's
+    decode and pay the 5 ms once: [15, 30], every first token of theirs at 30 ms."""
+    rt = StepRuntime(gpu_per_prefill_step_s=0.005)
+    res = _run([0.0, 0.018], [16, 20], [3, 2], runtime=rt)
+    assert res.t_first.tolist() == pytest.approx([0.015, 0.040])
+    assert res.t_finish.tolist() == pytest.approx([0.040, 0.050])
+    shared = _run([0.0, 0.005, 0.005], [16, 20, 24], [3, 2, 2], runtime=rt)
+    assert shared.t_first.tolist() == pytest.approx([0.015, 0.030, 0.030])
+
+
+def test_the_expert_term_scales_with_moe_layers_times_experts():
+    """7 us per MoE layer and expert: DeepSeek-V3's 58 MoE layers of 256 experts cost
+    58 x 256 x 7e-6 = 0.103936 s per prompt-carrying step; a dense model nothing."""
+    from serveplan.estimator.runtime import RuntimeTerms
+
+    terms = RuntimeTerms(prefill_step_expert_layer_s=7e-6)
+    assert terms.step_runtime(61, 8, 58 * 256).gpu_per_prefill_step_s == pytest.approx(0.103936)
+    assert terms.step_runtime(80, 8).gpu_per_prefill_step_s == 0.0
+
+
 def test_front_end_serves_requests_first_come_first_served():
     """Front end: 2 ms per request + 10 us per prompt token to set up; 3 ms + 1 ms per
     token of the step to stream a step's tokens. Two requests of 100 prompt tokens sent at
