@@ -50,7 +50,7 @@ from serveplan.e2e_fit import (
     measured_means,
     row_slopes,
 )
-from serveplan.e2e_select import select_terms, term_sets
+from serveplan.e2e_select import OPTIONAL_TERMS, select_terms, term_sets
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 
@@ -137,7 +137,7 @@ def prefill_seconds(row, resolved) -> float:
 
 
 def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERMS,
-         resim_rows=RESIM_ROWS):
+         resim_rows=RESIM_ROWS, optional=tuple(OPTIONAL_TERMS)):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, and each engine's fit on all
     its rows of the terms some fold checked (fitted without a model whose rows the term
@@ -160,7 +160,8 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
         for m in models:
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
-            chosen, choice = _select(train, rows, unfitted, layers, prefill_s, names, start)
+            chosen, choice = _select(train, rows, unfitted, layers, prefill_s,
+                                     term_sets(names, optional), start)
             terms, summ = fit_resimulated(train, rows, resolved, unfitted, layers, prefill_s,
                                           chosen, start, jobs, resim_rows)
             summ.update(choice)
@@ -173,7 +174,8 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
-        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, names, start)
+        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s,
+                                 term_sets(names, optional), start)
         checked = [n for n in chosen if n in validated]
         terms, summ = fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s,
                                       checked, start, jobs, resim_rows)
@@ -184,11 +186,11 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
     return pred, folds, full, fold_terms
 
 
-def _select(idx, rows, unfitted, layers, prefill_s, names, start):
+def _select(idx, rows, unfitted, layers, prefill_s, candidates, start):
     """The term set to fit to the rows ``idx`` (:func:`serveplan.e2e_select.select_terms`,
-    among :func:`~serveplan.e2e_select.term_sets` of ``names``) and the choice's summary."""
+    among ``candidates``) and the choice's summary."""
     return select_terms([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
-                        [prefill_s[k] for k in idx], term_sets(names), start)
+                        [prefill_s[k] for k in idx], candidates, start)
 
 
 def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, start, jobs,
@@ -450,8 +452,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="rebuild the report from the previous run's NAME_rows.csv and "
                          "NAME.json (its predictions and fits): no simulation, no fit")
     ap.add_argument("--fit-step-overhead", action="store_true",
-                    help="fit each engine's GPU time per step outside the forward pass too "
-                         "(serveplan.e2e_fit.STEP_OVERHEAD_TERM; not shipped by default)")
+                    help="fit each engine's GPU time per step outside the forward pass in "
+                         "every fit (serveplan.e2e_fit.STEP_OVERHEAD_TERM; by default each "
+                         "fit's nested choice takes it or leaves it)")
     ap.add_argument("--resim-rows", type=int, default=RESIM_ROWS, metavar="N",
                     help="training rows (about N, spread over the models) each fit simulates "
                          "again at its first step's terms for its second step")
@@ -491,10 +494,10 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     resolved, prefill_s = resolved
     layers = layer_counts(resolved)
     unfitted = preds["engine_unfitted"]
-    names = E2E_FIT_TERMS + (EXPERT_TERM,) + ((STEP_OVERHEAD_TERM,) if args.fit_step_overhead
-                                              else ())
+    names = E2E_FIT_TERMS + (EXPERT_TERM, STEP_OVERHEAD_TERM)
+    optional = (EXPERT_TERM,) if args.fit_step_overhead else tuple(OPTIONAL_TERMS)
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
-                                           args.jobs, names, args.resim_rows)
+                                           args.jobs, names, args.resim_rows, optional)
     held_out_check(ok, unfitted, fitted, full)
     preds["engine_fitted_lomo"] = fitted
     preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)

@@ -22,30 +22,47 @@ from collections.abc import Sequence
 import numpy as np
 
 from serveplan.e2e import E2ERow
-from serveplan.e2e_fit import E2E_FIT_TERMS, EXPERT_TERM, first_order, fit_rows, measured_means
+from serveplan.e2e_fit import (
+    E2E_FIT_TERMS,
+    EXPERT_TERM,
+    STEP_OVERHEAD_TERM,
+    first_order,
+    fit_rows,
+    measured_means,
+)
 
 LATENCY_TERMS = ("frontend_output_s", "disagg_handoff_s")
 """A constant latency on every token (and the disaggregated handoff): the fewest terms."""
-TERM_SETS = {"all": E2E_FIT_TERMS, "latency": LATENCY_TERMS,
-             "all+experts": E2E_FIT_TERMS + (EXPERT_TERM,),
-             "latency+experts": LATENCY_TERMS + (EXPERT_TERM,)}
-"""Candidate term sets, the default first: each with and without the per-expert term of
-prompt-carrying steps (:data:`~serveplan.e2e_fit.EXPERT_TERM`)."""
+BASE_SETS = {"all": E2E_FIT_TERMS, "latency": LATENCY_TERMS}
+"""The base candidates, the default first."""
+OPTIONAL_TERMS = {EXPERT_TERM: "experts", STEP_OVERHEAD_TERM: "step"}
+"""Terms offered to the choice with and without (each doubles the candidates), and the
+label a set with one gets (``latency+experts+step``)."""
 TIE = 1e-3
 """Score margin (0.1 point of summed median |error|) a set must beat the first set by."""
 MIN_MODELS = 3
 """Models the rows need for the inner check: two for a fit, one to hold out, twice."""
 
 
-def term_sets(names: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """The candidates for a fit of ``names``: those of :data:`TERM_SETS` among them, each
-    with any term beyond them (the step overhead on request) kept; the sets with
-    :data:`~serveplan.e2e_fit.EXPERT_TERM` only if ``names`` has it."""
-    known = set(E2E_FIT_TERMS) | {EXPERT_TERM}
-    extra = tuple(n for n in names if n not in known)
-    return {label: tuple(n for n in terms if n in names) + extra
-            for label, terms in TERM_SETS.items()
-            if EXPERT_TERM in names or EXPERT_TERM not in terms}
+def term_sets(names: Sequence[str],
+              optional: Sequence[str] = tuple(OPTIONAL_TERMS)) -> dict[str, tuple[str, ...]]:
+    """The candidates for a fit of ``names``: the base sets (:data:`BASE_SETS`) among them,
+    each also with every term of ``optional`` that ``names`` has (and without it); a term
+    beyond both (the step overhead forced with ``optional`` without it) is kept in every
+    set."""
+    optional = [t for t in OPTIONAL_TERMS if t in optional and t in names]
+    extra = tuple(n for n in names if n not in E2E_FIT_TERMS and n not in optional)
+    sets = {label: tuple(n for n in terms if n in names) + extra
+            for label, terms in BASE_SETS.items()}
+    for term in optional:
+        sets |= {f"{label}+{OPTIONAL_TERMS[term]}": terms + (term,)
+                 for label, terms in sets.items()}
+    return sets
+
+
+TERM_SETS = term_sets(E2E_FIT_TERMS + (EXPERT_TERM,))
+"""The default candidates: all five terms or the latency, each with and without the
+per-expert term of prompt-carrying steps (:data:`~serveplan.e2e_fit.EXPERT_TERM`)."""
 
 
 def _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start):
@@ -87,4 +104,4 @@ def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int
     return tuple(candidates[best]), {"term_set": best, "scores": scores}
 
 
-__all__ = ["LATENCY_TERMS", "MIN_MODELS", "TERM_SETS", "TIE", "select_terms", "term_sets"]
+__all__ = ["BASE_SETS", "LATENCY_TERMS", "MIN_MODELS", "OPTIONAL_TERMS", "TERM_SETS", "TIE", "select_terms", "term_sets"]

@@ -68,17 +68,28 @@ def test_too_few_models_to_check_keep_the_first_set():
     assert names == TERM_SETS["all"] and summary == {"term_set": "all", "scores": None}
 
 
-def test_term_sets_keep_an_extra_term_in_both():
-    sets = term_sets(TERM_SETS["all"] + ("step_overhead_s",))
+def test_term_sets_keep_a_forced_term_in_every_set():
+    """``--fit-step-overhead``: the step overhead not optional, so in every set."""
+    sets = term_sets(TERM_SETS["all"] + ("step_overhead_s",), optional=(EXPERT_TERM,))
     assert sets["latency"] == LATENCY_TERMS + ("step_overhead_s",)
     assert sets["all"][-1] == "step_overhead_s"
     assert set(sets) == {"all", "latency"}  # no expert term asked for: no sets with it
 
 
-def test_the_expert_term_is_offered_with_and_without_the_others():
+def test_optional_terms_double_the_candidates():
+    """By default the step overhead is offered with and without, like the expert term:
+    two base sets x 2 x 2, each label naming what it adds."""
     sets = term_sets(TERM_SETS["all"] + (EXPERT_TERM, "step_overhead_s"))
-    assert sets["latency+experts"] == LATENCY_TERMS + (EXPERT_TERM, "step_overhead_s")
-    assert sets["all+experts"] == TERM_SETS["all"] + (EXPERT_TERM, "step_overhead_s")
+    assert len(sets) == 8 and next(iter(sets)) == "all"
+    assert sets["latency+experts+step"] == LATENCY_TERMS + (EXPERT_TERM, "step_overhead_s")
+    assert sets["latency+step"] == LATENCY_TERMS + ("step_overhead_s",)
+    assert sets["all"] == TERM_SETS["all"]
+
+
+def test_the_expert_term_is_offered_with_and_without_the_others():
+    sets = term_sets(TERM_SETS["all"] + (EXPERT_TERM, "step_overhead_s"), optional=(EXPERT_TERM,))
+    assert sets["latency+experts"] == LATENCY_TERMS + ("step_overhead_s", EXPERT_TERM)
+    assert sets["all+experts"] == TERM_SETS["all"] + ("step_overhead_s", EXPERT_TERM)
     assert EXPERT_TERM not in sets["all"] + sets["latency"]
 
 
@@ -109,7 +120,8 @@ def test_a_fit_with_the_step_overhead_starts_where_the_predictions_are():
     rows = _measured(_rows("abc"), [130.0] * 6)
     pred0 = np.tile([100.0, 10.0], (6, 1))
     names, summary = select_terms(rows, pred0, [80] * 6, [0.05] * 6,
-                                  term_sets(TERM_SETS["all"] + ("step_overhead_s",)),
+                                  term_sets(TERM_SETS["all"] + ("step_overhead_s",),
+                                            optional=()),
                                   start={"step_overhead_s": 5e-4})
     assert summary["term_set"] == "all" and names[-1] == "step_overhead_s"
     assert summary["scores"]["all"] == pytest.approx(0.0, abs=1e-6)
