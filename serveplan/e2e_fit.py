@@ -75,11 +75,12 @@ E2E_FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_outpu
 EXPERT_TERM = "prefill_step_expert_layer_s"
 """Offered to the term-set choice with and without the others (:mod:`serveplan.e2e_select`)."""
 STEP_OVERHEAD_TERM = "step_overhead_s"
-"""Fitted on request only (``bench/accuracy_e2e.py --fit-step-overhead``): held out model
-by model (a run before :data:`EXPERT_TERM`, against that run's default) it raised vLLM's
-errors (TTFT / TPOT 12.5 / 6.4 -> 13.2 / 6.8 % median abs) and SGLang's TTFT error (27.0
--> 27.9 %) while it lowered TensorRT-LLM's TPOT error (11.9 -> 9.8 %, its folds all at 0
-ms), ``bench/results/accuracy_e2e_step_overhead.md``."""
+"""Offered to the term-set choice with and without, as :data:`EXPERT_TERM`
+(``--fit-step-overhead`` forces it into every set). Forced on every engine (a run before
+:data:`EXPERT_TERM`) it raised vLLM's held-out errors (TTFT / TPOT 12.5 / 6.4 -> 13.2 / 6.8
+% median abs) and SGLang's TTFT error (27.0 -> 27.9 %) while it lowered TensorRT-LLM's
+TPOT error (11.9 -> 9.8 %, its folds all at 0 ms),
+``bench/results/accuracy_e2e_step_overhead.md``."""
 
 
 @dataclass(frozen=True)
