@@ -206,8 +206,8 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShap
              prefill_s: Sequence[float] | None = None,
              start: dict[str, float] | None = None) -> tuple[RuntimeTerms, dict]:
     """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms),
-    each row's model shape (:class:`RowShape`, or its layer count) and, if known, the oracle's prefill of one mean prompt
-    (``prefill_s``, seconds); ``start``: the value a term has in ``pred0`` where not 0 (the
+    each row's model shape (:class:`RowShape`, or its layer count) and, if known, the
+    oracle's prefill of one mean prompt (``prefill_s``, seconds); ``start``: the value a term has in ``pred0`` where not 0 (the
     GPU profile's ``step_overhead_s``; every term must have one there). Returns the terms
     and a summary (fitted, skipped, median |error| of the first-order model before and
     after)."""
@@ -229,5 +229,5 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShap
                    "terms": terms.model_dump()}
 
 
-__all__ = ["E2E_FIT_TERMS", "EXPERT_TERM", "STEP_OVERHEAD_TERM", "RowShape", "first_order", "fit_rows", "mean_lengths",
-           "measured_means", "row_slopes"]
+__all__ = ["E2E_FIT_TERMS", "EXPERT_TERM", "STEP_OVERHEAD_TERM", "RowShape", "first_order",
+           "fit_rows", "mean_lengths", "measured_means", "row_slopes"]

@@ -26,6 +26,7 @@ from serveplan.e2e_fit import (
     E2E_FIT_TERMS,
     EXPERT_TERM,
     STEP_OVERHEAD_TERM,
+    RowShape,
     first_order,
     fit_rows,
     measured_means,
@@ -79,7 +80,7 @@ def _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start):
     return out
 
 
-def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int],
+def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShape | int],
                  prefill_s: Sequence[float | None],
                  candidates: dict[str, tuple[str, ...]] | None = None,
                  start: dict[str, float] | None = None) -> tuple[tuple[str, ...], dict]:
@@ -104,4 +105,5 @@ def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[int
     return tuple(candidates[best]), {"term_set": best, "scores": scores}
 
 
-__all__ = ["BASE_SETS", "LATENCY_TERMS", "MIN_MODELS", "OPTIONAL_TERMS", "TERM_SETS", "TIE", "select_terms", "term_sets"]
+__all__ = ["BASE_SETS", "LATENCY_TERMS", "MIN_MODELS", "OPTIONAL_TERMS", "TERM_SETS", "TIE",
+           "select_terms", "term_sets"]
