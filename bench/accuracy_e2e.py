@@ -145,6 +145,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
     engines with one model are not fitted."""
     pred = np.full((len(rows), 2), np.nan)
     folds, full, fold_terms = [], {}, {}
+    candidates = term_sets(names, optional)
     by_engine = defaultdict(list)
     for k, r in enumerate(rows):
         by_engine[r.engine].append(k)
@@ -160,8 +161,8 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
         for m in models:
             train = [k for k in idx if rows[k].model != m]
             test = [k for k in idx if rows[k].model == m]
-            chosen, choice = _select(train, rows, unfitted, layers, prefill_s,
-                                     term_sets(names, optional), start)
+            chosen, choice = _select(train, rows, unfitted, layers, prefill_s, candidates,
+                                     start)
             terms, summ = fit_resimulated(train, rows, resolved, unfitted, layers, prefill_s,
                                           chosen, start, jobs, resim_rows)
             summ.update(choice)
@@ -174,8 +175,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
-        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s,
-                                 term_sets(names, optional), start)
+        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, candidates, start)
         checked = [n for n in chosen if n in validated]
         terms, summ = fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s,
                                       checked, start, jobs, resim_rows)
@@ -492,7 +492,7 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     if prev is not None:
         return prev["folds"], prev["profiles"]
     resolved, prefill_s = resolved
-    layers = layer_counts(resolved)
+    layers = model_shapes(resolved)
     unfitted = preds["engine_unfitted"]
     names = E2E_FIT_TERMS + (EXPERT_TERM, STEP_OVERHEAD_TERM)
     optional = (EXPERT_TERM,) if args.fit_step_overhead else tuple(OPTIONAL_TERMS)
@@ -506,7 +506,7 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     return folds, full
 
 
-def layer_counts(resolved) -> list[RowShape]:
+def model_shapes(resolved) -> list[RowShape]:
     """Each resolved deployment's model shape (its first pool's model)."""
     models = [res.pools[0].instance.oracle.model for res in resolved]
     return [RowShape(m.num_layers, m.expert_layers) for m in models]
@@ -525,7 +525,7 @@ def _self_calibration(args, ok, meas, preds, resolved, prev,
             return None
         return earlier, prev["self_calibration"]
     resolved, prefill_s = resolved
-    layers = layer_counts(resolved)
+    layers = model_shapes(resolved)
     unfitted = preds["engine_unfitted"]
 
     def fit(idx):

@@ -133,9 +133,9 @@ def _prefill_slopes(row: E2ERow, ttft0: float, layers: int,
 
 def _expert_slopes(row: E2ERow, expert_layers: int) -> tuple[float, float]:
     """TTFT and TPOT seconds per second of ``prefill_step_expert_layer_s``."""
-    if row.mode != "agg":
-        return float(expert_layers), 0.0
-    prompt_steps = _first_token_batch(row) / max(mean_lengths(row)[1] - 1.0, 1.0)
+    prompt_steps = 0.0  # a disaggregated decoder's steps carry no prompt
+    if row.mode == "agg":
+        prompt_steps = _first_token_batch(row) / max(mean_lengths(row)[1] - 1.0, 1.0)
     return float(expert_layers), expert_layers * min(prompt_steps, 1.0)
 
 
@@ -207,10 +207,10 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShap
              start: dict[str, float] | None = None) -> tuple[RuntimeTerms, dict]:
     """Terms fitted to ``rows`` from their term-free predictions ``pred0`` (``(n, 2)`` ms),
     each row's model shape (:class:`RowShape`, or its layer count) and, if known, the
-    oracle's prefill of one mean prompt (``prefill_s``, seconds); ``start``: the value a term has in ``pred0`` where not 0 (the
-    GPU profile's ``step_overhead_s``; every term must have one there). Returns the terms
-    and a summary (fitted, skipped, median |error| of the first-order model before and
-    after)."""
+    oracle's prefill of one mean prompt (``prefill_s``, seconds); ``start``: the value a
+    term has in ``pred0`` where not 0 (the GPU profile's ``step_overhead_s``; every term
+    must have one there). Returns the terms and a summary (fitted, skipped, median |error|
+    of the first-order model before and after)."""
     meas = measured_means(rows)
     pred0 = np.asarray(pred0, dtype=float)
     tp = np.array([max(_tp_first(r)) for r in rows])
