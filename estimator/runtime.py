@@ -59,9 +59,12 @@ class RuntimeTerms(BaseModel):
     ``prefill_step_expert_layer_s`` is charged once per step that carries prompt tokens,
     per MoE layer and routed expert of the model: such steps run outside CUDA graphs, and
     the work an engine does per expert of each MoE layer in them beyond the GPU kernels
-    the oracle prices (on the end-to-end rows, TensorRT-LLM's and SGLang's light-load
-    time beyond the priced steps grows with the model's MoE layers times experts; the
-    mechanism is not measured here, the term is its empirical form).
+    the oracle prices (on the end-to-end rows, TensorRT-LLM's and SGLang's colocated
+    light-load time beyond the priced steps grows with the model's MoE layers times
+    experts; the mechanism is not measured here, the term is its empirical form). Not on a
+    disaggregated prefill instance: TensorRT-LLM's disaggregated runs of the same models
+    show no such time (their light-load TTFT is at or below the priced steps'), and
+    charged there the term cut those instances' prefill capacity.
     ``step_overhead_s`` replaces the GPU profile's time per step outside the forward pass
     (``Profile.step_overhead_s``, 0.5 ms, a default no per-op table measures: the sampler,
     the input preparation kernels and the idle gap between steps as this engine runs
@@ -87,14 +90,17 @@ class RuntimeTerms(BaseModel):
         return FrontEnd(self.frontend_request_s, self.frontend_prompt_token_s,
                         self.frontend_output_s, self.frontend_output_per_token_s)
 
-    def step_runtime(self, num_layers: int, tp: int, expert_layers: int = 0) -> StepRuntime:
+    def step_runtime(self, num_layers: int, tp: int, expert_layers: int = 0,
+                     prefill_instance: bool = False) -> StepRuntime:
         """The per-step terms of an instance of a model with ``num_layers`` layers and
-        ``expert_layers`` MoE layers times routed experts (0: dense)."""
+        ``expert_layers`` MoE layers times routed experts (0: dense); ``prefill_instance``:
+        a disaggregated prefill instance (the expert term is not charged there)."""
         sync = self.tp_sync_per_layer_s * num_layers if tp > 1 else 0.0
+        per_prompt_step = (0.0 if prefill_instance else
+                           self.prefill_step_expert_layer_s * expert_layers)
         return StepRuntime(self.step_cpu_s, self.step_cpu_per_request_s,
                            self.step_cpu_per_token_s, sync,
-                           self.prefill_token_layer_s * num_layers,
-                           self.prefill_step_expert_layer_s * expert_layers)
+                           self.prefill_token_layer_s * num_layers, per_prompt_step)
 
 
 class KnobDefaults(BaseModel):
@@ -201,9 +207,10 @@ class EngineRuntime:
     defaults: dict = field(default_factory=dict)
     terms: RuntimeTerms = RuntimeTerms()
 
-    def step_runtime(self, model, tp: int) -> StepRuntime:
+    def step_runtime(self, model, tp: int, prefill_instance: bool = False) -> StepRuntime:
         """The per-step terms of an instance of ``model`` (a ``ModelSpec``) at ``tp``."""
-        return self.terms.step_runtime(model.num_layers, tp, model.expert_layers)
+        return self.terms.step_runtime(model.num_layers, tp, model.expert_layers,
+                                       prefill_instance)
 
     def front_end(self) -> FrontEnd:
         return self.terms.front_end()

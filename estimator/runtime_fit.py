@@ -77,10 +77,12 @@ def identifiable(names: Sequence[str], tp: np.ndarray,
     (``disaggregated``: which runs hand requests from prefill to decode; None: none;
     ``expert_layers``: each run's model's MoE layers times experts; None: not known)."""
     keep, skipped = [], {}
+    colocated = np.ones(len(tp), bool) if disaggregated is None else ~np.asarray(disaggregated)
     for name in names:
         if (name == "prefill_step_expert_layer_s" and expert_layers is not None
-                and not np.any(expert_layers)):
-            skipped[name] = "needs runs of a mixture-of-experts model (it is per expert)"
+                and not np.any(np.asarray(expert_layers)[colocated])):
+            skipped[name] = ("needs colocated runs of a mixture-of-experts model (it is per "
+                             "expert, on colocated instances)")
             continue
         if name == "tp_sync_per_layer_s" and not ((tp > 1).any() and (tp == 1).any()):
             skipped[name] = ("needs runs at tensor-parallel size 1 and > 1 (it is the "

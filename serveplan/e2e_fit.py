@@ -24,10 +24,11 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
   the rows' TPOT is met by the GPU steps alone, and fitted here the term bought TTFT with
   TPOT (held out: vLLM TPOT 11.7 -> 14.1 % median abs, ``bench/results/accuracy_e2e.md``
   of 2026-11-27);
-* ``prefill_step_expert_layer_s`` -- TTFT by the model's MoE layers times experts (the
-  request's own prefill step); TPOT, on an agg rank, by that times the steps that carry a
+* ``prefill_step_expert_layer_s`` -- on an agg row, TTFT by the model's MoE layers times
+  experts (the request's own prefill step) and TPOT by that times the steps that carry a
   prompt per decode step (its clients' prompts over their outputs, at most every step).
-  Dense models: 0. Not in :data:`E2E_FIT_TERMS`: a candidate of the term-set choice
+  Dense models and disaggregated rows (the term is charged on colocated instances only,
+  :mod:`serveplan.estimator.runtime`): 0. Not in :data:`E2E_FIT_TERMS`: a candidate of the term-set choice
   (:data:`EXPERT_TERM`);
 * ``disagg_handoff_s`` -- a disaggregated row's TTFT by 1 (every first token waits for its
   handoff), nothing on agg rows; fitted only where the rows include disaggregated ones;
@@ -132,10 +133,11 @@ def _prefill_slopes(row: E2ERow, ttft0: float, layers: int,
 
 
 def _expert_slopes(row: E2ERow, expert_layers: int) -> tuple[float, float]:
-    """TTFT and TPOT seconds per second of ``prefill_step_expert_layer_s``."""
-    prompt_steps = 0.0  # a disaggregated decoder's steps carry no prompt
-    if row.mode == "agg":
-        prompt_steps = _first_token_batch(row) / max(mean_lengths(row)[1] - 1.0, 1.0)
+    """TTFT and TPOT seconds per second of ``prefill_step_expert_layer_s`` (charged on
+    colocated instances only: nothing on a disaggregated row)."""
+    if row.mode != "agg":
+        return 0.0, 0.0
+    prompt_steps = _first_token_batch(row) / max(mean_lengths(row)[1] - 1.0, 1.0)
     return float(expert_layers), expert_layers * min(prompt_steps, 1.0)
 
 

@@ -90,11 +90,11 @@ class ResolvedDeployment:
             return DPTokens.SUM
         return DPTokens.MAX
 
-    def step_runtime(self) -> StepRuntime | None:
+    def step_runtime(self, prefill_instance: bool = False) -> StepRuntime | None:
         """The per-step runtime terms of this instance type (None without an engine)."""
         if self.runtime is None:
             return None
-        return self.runtime.step_runtime(self.oracle.model, self.deployment.tp)
+        return self.runtime.step_runtime(self.oracle.model, self.deployment.tp, prefill_instance)
 
     def describe(self) -> dict:
         p = self.params
@@ -375,7 +375,7 @@ class ResolvedPool:
         rank's, its MoE layers seeing the tokens of all ranks
         (:attr:`ResolvedDeployment.dp_tokens`)."""
         fitted = isinstance(self.cost, FittedThroughputCost)
-        runtime = None if fitted else self.instance.step_runtime()
+        runtime = None if fitted else self.instance.step_runtime(self.role == Role.PREFILL)
         params, pp, tier = self.params, self.virtual_engines, self.instance.cpu_tier
         if pp > 1:
             params = replace(params, num_gpu_blocks=max(params.num_gpu_blocks // pp, 1))

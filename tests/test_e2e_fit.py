@@ -160,14 +160,15 @@ def test_expert_slopes_by_hand():
     """DeepSeek-V3: 58 MoE layers x 256 experts = 14,848 per prompt-carrying step. TTFT: the
     request's own prefill step, 14,848e3 ms per s. TPOT: 16 clients on the rank prefill
     once per 920.5 decode steps each (InferenceX mean output 921.5), 16 / 920.5 of the
-    steps carry a prompt: 14,848e3 x 16 / 920.5. A disaggregated decoder prefills nothing;
-    a dense model (a bare layer count) has no experts."""
+    steps carry a prompt: 14,848e3 x 16 / 920.5. A disaggregated row pays nothing (the
+    term is not charged on its prefill instance, and its decoder prefills nothing); a dense
+    model (a bare layer count) has no experts."""
     shape = RowShape(61, 58 * 256)
     s = row_slopes(_row(), (100.0, 10.0), shape, (EXPERT_TERM,))
     assert s[:, 0] == pytest.approx([14848e3, 14848e3 * 16 / 920.5])
     pd = _row(mode="disagg", prefill=Role(2, 1, 1, 1, 1, 1), decode=Role(1, 64, 8, 1, 1, 1))
     assert row_slopes(pd, (100.0, 10.0), shape, (EXPERT_TERM,))[:, 0] == pytest.approx(
-        [14848e3, 0.0])
+        [0.0, 0.0])
     assert row_slopes(_row(), (100.0, 10.0), 80, (EXPERT_TERM,))[:, 0] == pytest.approx([0, 0])
     every_step = _row(concurrency=4096, batch_size=4096, osl=128)  # > 1 prompt a step
     assert row_slopes(every_step, (100.0, 10.0), shape, (EXPERT_TERM,))[1, 0] == \
@@ -195,3 +196,7 @@ def test_expert_term_is_recovered_beside_a_latency_and_skipped_on_dense_rows():
         true, rel=1e-3)
     _, summary = fit_rows(rows, np.array(pred0), [RowShape(80)] * len(rows), names)
     assert "mixture-of-experts" in summary["skipped"][EXPERT_TERM]
+    pd = [E2ERow(**{**vars(r), "mode": "disagg", "prefill": Role(1, 1, 8, 1, 1, 1),
+                    "decode": Role(1, 64, 8, 1, 1, 1)}) for r in rows]
+    _, summary = fit_rows(pd, np.array(pred0), shapes, names)  # MoE, but disaggregated only
+    assert "colocated" in summary["skipped"][EXPERT_TERM]

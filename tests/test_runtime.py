@@ -6,6 +6,8 @@ costs (known step times), so a test fails if the loop orders an event differentl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -106,12 +108,15 @@ def test_a_prompt_carrying_step_pays_its_per_step_cost_once():
 
 def test_the_expert_term_scales_with_moe_layers_times_experts():
     """7 us per MoE layer and expert: DeepSeek-V3's 58 MoE layers of 256 experts cost
-    58 x 256 x 7e-6 = 0.103936 s per prompt-carrying step; a dense model nothing."""
+    58 x 256 x 7e-6 = 0.103936 s per prompt-carrying step; a dense model nothing, and a
+    disaggregated prefill instance nothing."""
     from serveplan.estimator.runtime import RuntimeTerms
 
     terms = RuntimeTerms(prefill_step_expert_layer_s=7e-6)
     assert terms.step_runtime(61, 8, 58 * 256).gpu_per_prefill_step_s == pytest.approx(0.103936)
     assert terms.step_runtime(80, 8).gpu_per_prefill_step_s == 0.0
+    prefill = terms.step_runtime(61, 8, 58 * 256, prefill_instance=True)
+    assert prefill.gpu_per_prefill_step_s == 0.0  # not on a disaggregated prefill instance
 
 
 def test_front_end_serves_requests_first_come_first_served():
@@ -208,3 +213,22 @@ def test_an_idle_engine_reads_new_requests_at_once():
     reads its socket: B's prefill is [25, 35] whatever the interval."""
     res = _run([0.0, 0.025], [16, 16], [2, 2], scheduler_recv_interval=30)
     assert (res.t_first - res.arrival).tolist() == pytest.approx([0.010, 0.010])
+
+
+def test_a_disaggregated_prefill_pool_is_not_charged_the_expert_term():
+    """The shipped TensorRT-LLM terms on Qwen3-30B-A3B (48 MoE layers x 128 experts =
+    6,144): a colocated pool pays 6,144 x the term per prompt-carrying step, a prefill pool
+    nothing (its decode pool carries no prompts either way), the other terms alike."""
+    from serveplan.estimator.runtime import load_runtime_profile
+    from serveplan.resolution import resolve
+
+    pool = {"model": "qwen3-30b-a3b", "gpu": "h100", "engine": "trtllm", "num_gpu_blocks": 4000}
+    per_expert = load_runtime_profile("trtllm").terms.prefill_step_expert_layer_s
+    assert per_expert > 0.0
+    colocated = resolve({"pools": [{**pool, "role": "colocated"}]}).pools[0].spec().runtime
+    prefill, decode = (p.spec().runtime for p in resolve(
+        {"pools": [{**pool, "role": "prefill"}, {**pool, "role": "decode"}]}).pools)
+    assert colocated.gpu_per_prefill_step_s == pytest.approx(6144 * per_expert)
+    assert prefill.gpu_per_prefill_step_s == 0.0
+    assert replace(prefill, gpu_per_prefill_step_s=colocated.gpu_per_prefill_step_s) == colocated
+    assert decode == colocated
