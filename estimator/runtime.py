@@ -63,8 +63,8 @@ class RuntimeTerms(BaseModel):
     light-load time beyond the priced steps grows with the model's MoE layers times
     experts; the mechanism is not measured here, the term is its empirical form). Not on a
     disaggregated prefill instance: TensorRT-LLM's disaggregated runs of the same models
-    show no such time (their light-load TTFT is at or below the priced steps'), and
-    charged there the term cut those instances' prefill capacity.
+    show no such time (at light load their TTFT is, in the median, below the simulated
+    engine's alone), and charged there the term cut those instances' prefill capacity.
     ``step_overhead_s`` replaces the GPU profile's time per step outside the forward pass
     (``Profile.step_overhead_s``, 0.5 ms, a default no per-op table measures: the sampler,
     the input preparation kernels and the idle gap between steps as this engine runs

@@ -82,7 +82,7 @@ def identifiable(names: Sequence[str], tp: np.ndarray,
         if (name == "prefill_step_expert_layer_s" and expert_layers is not None
                 and not np.any(np.asarray(expert_layers)[colocated])):
             skipped[name] = ("needs colocated runs of a mixture-of-experts model (it is per "
-                             "expert, on colocated instances)")
+                             "expert, not charged on disaggregated prefill instances)")
             continue
         if name == "tp_sync_per_layer_s" and not ((tp > 1).any() and (tp == 1).any()):
             skipped[name] = ("needs runs at tensor-parallel size 1 and > 1 (it is the "

@@ -27,9 +27,9 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
 * ``prefill_step_expert_layer_s`` -- on an agg row, TTFT by the model's MoE layers times
   experts (the request's own prefill step) and TPOT by that times the steps that carry a
   prompt per decode step (its clients' prompts over their outputs, at most every step).
-  Dense models and disaggregated rows (the term is charged on colocated instances only,
-  :mod:`serveplan.estimator.runtime`): 0. Not in :data:`E2E_FIT_TERMS`: a candidate of the term-set choice
-  (:data:`EXPERT_TERM`);
+  Dense models and disaggregated rows: 0 (the term is not charged on a disaggregated
+  prefill instance, :mod:`serveplan.estimator.runtime`). Not in :data:`E2E_FIT_TERMS`: a
+  candidate of the term-set choice (:data:`EXPERT_TERM`);
 * ``disagg_handoff_s`` -- a disaggregated row's TTFT by 1 (every first token waits for its
   handoff), nothing on agg rows; fitted only where the rows include disaggregated ones;
 * ``step_overhead_s`` -- the GPU time of every step outside the forward pass (it replaces
@@ -133,8 +133,9 @@ def _prefill_slopes(row: E2ERow, ttft0: float, layers: int,
 
 
 def _expert_slopes(row: E2ERow, expert_layers: int) -> tuple[float, float]:
-    """TTFT and TPOT seconds per second of ``prefill_step_expert_layer_s`` (charged on
-    colocated instances only: nothing on a disaggregated row)."""
+    """TTFT and TPOT seconds per second of ``prefill_step_expert_layer_s`` (nothing on a
+    disaggregated row: not charged on its prefill instance, and its decoder prefills
+    nothing)."""
     if row.mode != "agg":
         return 0.0, 0.0
     prompt_steps = _first_token_batch(row) / max(mean_lengths(row)[1] - 1.0, 1.0)
