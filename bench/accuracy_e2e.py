@@ -27,7 +27,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from accuracy_e2e_breakdown import engine_load_table, group_table, light_load_gaps, rel_err
+from accuracy_e2e_breakdown import (
+    engine_load_table,
+    group_table,
+    light_load_gaps,
+    med_abs,
+    rel_err,
+    verdict,
+    worse_models,
+)
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
 from accuracy_e2e_selfcal import SELF_TERMS, self_calibrated
 from accuracy_e2e_selfcal import summary as selfcal_summary
@@ -51,6 +59,7 @@ from serveplan.e2e_fit import (
     row_slopes,
 )
 from serveplan.e2e_select import OPTIONAL_TERMS, select_terms, term_sets
+from serveplan.e2e_served import held_out_units
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 
@@ -137,20 +146,23 @@ def prefill_seconds(row, resolved) -> float:
 
 
 def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERMS,
-         resim_rows=RESIM_ROWS, optional=tuple(OPTIONAL_TERMS)):
+         resim_rows=RESIM_ROWS, optional=tuple(OPTIONAL_TERMS), units=None):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
-    on the engine's other models), the folds' fit summaries, and each engine's fit on all
-    its rows of the terms some fold checked (fitted without a model whose rows the term
-    moves: a term only one model's rows identify is never checked, and does not ship);
-    engines with one model are not fitted."""
+    on the engine's other models), the folds' fit summaries, each model's fold terms, and
+    each engine's fit on all its rows of the terms some fold checked (fitted without a
+    model whose rows the term moves: a term only one model's rows identify is never
+    checked, and does not ship); engines with one model are not fitted. ``units``: each
+    row's held-out unit (default its model; :func:`serveplan.e2e_served.held_out_units`
+    joins a model's twins, held out together)."""
     pred = np.full((len(rows), 2), np.nan)
     folds, full, fold_terms = [], {}, {}
     candidates = term_sets(names, optional)
+    unit = list(units) if units is not None else [r.model for r in rows]
     by_engine = defaultdict(list)
     for k, r in enumerate(rows):
         by_engine[r.engine].append(k)
     for engine, idx in by_engine.items():
-        models = sorted({rows[k].model for k in idx})
+        models = sorted({unit[k] for k in idx})
         if len(models) < 2:
             full[engine] = {"fitted": False, "reason": f"one model only ({models[0]}): "
                             "a leave-one-model-out check is impossible"}
@@ -159,23 +171,24 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
                  if STEP_OVERHEAD_TERM in names else None)
         validated = set()
         for m in models:
-            train = [k for k in idx if rows[k].model != m]
-            test = [k for k in idx if rows[k].model == m]
+            train = [k for k in idx if unit[k] != m]
+            test = [k for k in idx if unit[k] == m]
             chosen, choice = _select(train, rows, unfitted, layers, prefill_s, candidates,
-                                     start)
+                                     start, unit)
             terms, summ = fit_resimulated(train, rows, resolved, unfitted, layers, prefill_s,
                                           chosen, start, jobs, resim_rows)
             summ.update(choice)
-            fold_terms[engine, m] = terms
+            fold_terms.update({(engine, rows[k].model): terms for k in test})
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
             folds.append({"engine": engine, "held_out": m, **summ})
-            held = _med_abs(pred[test], measured_means([rows[k] for k in test]))
+            held = med_abs(pred[test], measured_means([rows[k] for k in test]))
             print(f"{engine}: held out {m} ({len(test)} rows): median abs TTFT/TPOT "
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
-        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, candidates, start)
+        chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, candidates, start,
+                                 unit)
         checked = [n for n in chosen if n in validated]
         terms, summ = fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s,
                                       checked, start, jobs, resim_rows)
@@ -186,11 +199,13 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
     return pred, folds, full, fold_terms
 
 
-def _select(idx, rows, unfitted, layers, prefill_s, candidates, start):
+def _select(idx, rows, unfitted, layers, prefill_s, candidates, start, unit):
     """The term set to fit to the rows ``idx`` (:func:`serveplan.e2e_select.select_terms`,
-    among ``candidates``) and the choice's summary."""
+    among ``candidates``, its inner check holding out ``unit`` by ``unit``) and the
+    choice's summary."""
     return select_terms([rows[k] for k in idx], unfitted[idx], [layers[k] for k in idx],
-                        [prefill_s[k] for k in idx], candidates, start)
+                        [prefill_s[k] for k in idx], candidates, start,
+                        [unit[k] for k in idx])
 
 
 def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, start, jobs,
@@ -218,8 +233,8 @@ def fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s, names, sta
     meas = measured_means(sub)
     summ.update(fitted=first_summ["fitted"], skipped=first_summ["skipped"],
                 terms=terms.model_dump(),
-                median_abs_err_before=[float(v) for v in _med_abs(unfitted[sample], meas)],
-                median_abs_err_simulated_first_fit=[float(v) for v in _med_abs(at_first, meas)],
+                median_abs_err_before=[float(v) for v in med_abs(unfitted[sample], meas)],
+                median_abs_err_simulated_first_fit=[float(v) for v in med_abs(at_first, meas)],
                 resimulated_rows=len(sample), rows=len(idx))
     return terms, summ
 
@@ -274,31 +289,6 @@ def osl_slopes(rows, preds) -> list[dict]:
     return out
 
 
-def _med_abs(pred, meas) -> np.ndarray:
-    """Median |error| of TTFT and TPOT."""
-    return np.median(np.abs(rel_err(pred, meas)), axis=0)
-
-
-def _verdict(before, after) -> str:
-    return (f"median abs TTFT/TPOT {100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "
-            f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
-
-
-def worse_models(rows, idx, before, after) -> list[str]:
-    """The models among ``rows[idx]`` whose median |error| of TTFT or TPOT is higher in
-    ``after`` than in ``before`` (predictions of those rows, in order), with the figures."""
-    meas = measured_means([rows[k] for k in idx])
-    worse = []
-    for m in sorted({rows[k].model for k in idx}):
-        at = [j for j, k in enumerate(idx) if rows[k].model == m]
-        b, a = (_med_abs(p[at], meas[at]) for p in (before, after))
-        parts = [f"{name} {100 * b[j]:.1f} -> {100 * a[j]:.1f} %"
-                 for j, name in enumerate(("TTFT", "TPOT")) if a[j] > b[j]]
-        if parts:
-            worse.append(f"{m}: {', '.join(parts)}")
-    return worse
-
-
 def held_out_check(rows, unfitted, fitted, full) -> None:
     """Ship an engine's fitted terms only if, held out model by model, they lower the
     median |error| of TTFT over the engine's rows and raise TPOT's by at most half a
@@ -309,13 +299,13 @@ def held_out_check(rows, unfitted, fitted, full) -> None:
         if not info.get("fitted"):
             continue
         idx = [k for k, r in enumerate(rows) if r.engine == engine]
-        before, after = _med_abs(unfitted[idx], meas[idx]), _med_abs(fitted[idx], meas[idx])
+        before, after = med_abs(unfitted[idx], meas[idx]), med_abs(fitted[idx], meas[idx])
         info["median_abs_err_before"] = [float(v) for v in before]  # every row, not a sample
         info["median_abs_err_held_out"] = [float(v) for v in after]
         info["held_out_worse"] = worse_models(rows, idx, unfitted[idx], fitted[idx])
         if not (after[0] < before[0] and after[1] <= before[1] + 0.005):
             info["fitted"] = False
-            info["reason"] = f"held out, the terms do not help: {_verdict(before, after)}"
+            info["reason"] = f"held out, the terms do not help: {verdict(before, after)}"
 
 
 def as_shipped(rows, unfitted, fitted, full) -> np.ndarray:
@@ -343,16 +333,16 @@ def ship_step_overhead_only(rows, resolved, unfitted, shipped, full, fold_terms,
             step = RuntimeTerms(step_overhead_s=fold_terms[engine, m].step_overhead_s)
             alt[at] = predict_all([rows[idx[j]] for j in at], [resolved[idx[j]] for j in at],
                                   step, jobs)
-        before, after = _med_abs(unfitted[idx], meas[idx]), _med_abs(alt, meas[idx])
-        verdict = f"the step overhead alone, held out: {_verdict(before, after)}"
+        before, after = med_abs(unfitted[idx], meas[idx]), med_abs(alt, meas[idx])
+        said = f"the step overhead alone, held out: {verdict(before, after)}"
         if after[1] < before[1] and after[0] <= before[0] + 0.005:
             info.update(fitted=True, terms=RuntimeTerms(step_overhead_s=terms.step_overhead_s),
                         median_abs_err_held_out=[float(v) for v in after],
                         held_out_worse=worse_models(rows, idx, unfitted[idx], alt),
-                        reason=f"{info['reason']}; ships the step overhead alone: {verdict}")
+                        reason=f"{info['reason']}; ships the step overhead alone: {said}")
             shipped[idx] = alt
         else:
-            info["reason"] += f"; {verdict}"
+            info["reason"] += f"; {said}"
 
 
 def write_profiles(full: dict, stamp: str) -> None:
@@ -496,8 +486,10 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     unfitted = preds["engine_unfitted"]
     names = E2E_FIT_TERMS + (EXPERT_TERM, STEP_OVERHEAD_TERM)
     optional = (EXPERT_TERM,) if args.fit_step_overhead else tuple(OPTIONAL_TERMS)
+    units = held_out_units([r.model for r in ok], args.data)
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
-                                           args.jobs, names, args.resim_rows, optional)
+                                           args.jobs, names, args.resim_rows, optional,
+                                           [units[r.model] for r in ok])
     held_out_check(ok, unfitted, fitted, full)
     preds["engine_fitted_lomo"] = fitted
     preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)

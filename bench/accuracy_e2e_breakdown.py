@@ -11,6 +11,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from serveplan.e2e_fit import measured_means
+
 LOAD_BANDS = ((1, 8, "<= 8"), (9, 128, "9-128"), (129, None, "> 128"))
 """Concurrency bands (clients) of the engine x load table: light load, where TTFT is
 mostly one prefill plus the time around it; moderate; and saturated, where it is mostly
@@ -21,6 +23,32 @@ LIGHT_LOAD = 8  # clients: the light-load gap table's rows have at most this man
 def rel_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     """predicted / measured - 1, elementwise."""
     return pred / meas - 1.0
+
+
+def med_abs(pred, meas) -> np.ndarray:
+    """Median |error| of TTFT and TPOT."""
+    return np.median(np.abs(rel_err(pred, meas)), axis=0)
+
+
+def verdict(before, after) -> str:
+    """Median |errors| before -> after, for a fit's summary."""
+    return (f"median abs TTFT/TPOT {100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "
+            f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
+
+
+def worse_models(rows, idx, before, after) -> list[str]:
+    """The models among ``rows[idx]`` whose median |error| of TTFT or TPOT is higher in
+    ``after`` than in ``before`` (predictions of those rows, in order), with the figures."""
+    meas = measured_means([rows[k] for k in idx])
+    worse = []
+    for m in sorted({rows[k].model for k in idx}):
+        at = [j for j, k in enumerate(idx) if rows[k].model == m]
+        b, a = (med_abs(p[at], meas[at]) for p in (before, after))
+        parts = [f"{name} {100 * b[j]:.1f} -> {100 * a[j]:.1f} %"
+                 for j, name in enumerate(("TTFT", "TPOT")) if a[j] > b[j]]
+        if parts:
+            worse.append(f"{m}: {', '.join(parts)}")
+    return worse
 
 
 def err_stats(e: np.ndarray) -> dict | None:

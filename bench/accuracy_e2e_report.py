@@ -121,7 +121,8 @@ def _profiles(report) -> list[str]:
                      + (f". All terms held out did not ship: {info['reason']}"
                         if info.get("reason") else ""))
     if report["folds"]:
-        lines += ["", "Leave-one-model-out folds (terms fitted without the held-out model; "
+        lines += ["", "Leave-one-model-out folds (terms fitted without the held-out model, "
+                  "its twins of one architecture held out with it; "
                   "the training rows' median abs TTFT/TPOT of (b) and of the first-order "
                   "model with the terms; a two-step fit's, over the rows it simulated "
                   "again at its first terms):", ""]

@@ -83,14 +83,17 @@ def _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start):
 def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShape | int],
                  prefill_s: Sequence[float | None],
                  candidates: dict[str, tuple[str, ...]] | None = None,
-                 start: dict[str, float] | None = None) -> tuple[tuple[str, ...], dict]:
+                 start: dict[str, float] | None = None,
+                 units: Sequence[str] | None = None) -> tuple[tuple[str, ...], dict]:
     """The candidate term set (default :data:`TERM_SETS`) with the lowest first-order
     leave-one-model-out score on ``rows`` (module docstring) from their term-free
     predictions ``pred0`` (``(n, 2)`` ms), and a summary: the chosen set's name and every
     set's score (None when the rows have too few models to check). ``start``: a term's
-    value in ``pred0`` where not 0, as :func:`~serveplan.e2e_fit.fit_rows` takes it."""
+    value in ``pred0`` where not 0, as :func:`~serveplan.e2e_fit.fit_rows` takes it.
+    ``units``: each row's held-out unit (default its model; a model's twins share one,
+    :func:`serveplan.e2e_served.held_out_units`)."""
     candidates = TERM_SETS if candidates is None else candidates
-    models = [r.model for r in rows]
+    models = list(units) if units is not None else [r.model for r in rows]
     first = next(iter(candidates))
     if len(set(models)) < MIN_MODELS:
         return tuple(candidates[first]), {"term_set": first, "scores": None}

@@ -42,6 +42,7 @@ without speculative decoding.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -49,7 +50,7 @@ from pathlib import Path
 from serveplan.estimator.catalog import resolve_model
 
 __all__ = ["ARCHITECTURE", "MODELOPT_FP8", "MODELOPT_NVFP4", "Served",
-           "is_mla", "precision", "served"]
+           "held_out_units", "is_mla", "precision", "served"]
 
 CATALOG = "catalog:"
 ARCHITECTURE = {  # model -> its architecture: a catalog name or a model_configs file
@@ -148,3 +149,36 @@ def served(row, data_dir: Path) -> Served | str:
 def is_mla(model: str) -> bool:
     """Whether the model (catalog name or config path) has MLA attention."""
     return resolve_model(model).attention == "mla"
+
+
+NOT_ARCHITECTURE = ("quantization_config", "transformers_version", "torch_dtype",
+                    "_name_or_path")
+"""Config fields that name a checkpoint's packaging, not its architecture."""
+
+
+def _architecture(model: str, data_dir: Path) -> str:
+    """The model's architecture config, packaging fields dropped, as canonical JSON (a
+    catalog model: its catalog name; a model without a shipped config: its own name)."""
+    name = ARCHITECTURE.get(model)
+    if name is None:
+        return model
+    if name.startswith(CATALOG):
+        return name
+    path = data_dir / "model_configs" / name
+    if not path.exists():
+        return model
+    config = json.loads(path.read_text())
+    return json.dumps({k: v for k, v in config.items() if k not in NOT_ARCHITECTURE},
+                      sort_keys=True)
+
+
+def held_out_units(models, data_dir: Path) -> dict[str, str]:
+    """Each model's unit in a leave-one-model-out check: the models among ``models`` whose
+    architecture configs agree but for packaging (:data:`NOT_ARCHITECTURE`: DeepSeek-R1,
+    DeepSeek-V3 and NVIDIA's NVFP4 DeepSeek-R1 and V3.1; Qwen3-32B and its NVFP4 build) are
+    one model, held out together and named ``"a + b"`` (sorted), so that no fold trains
+    on a held-out model's twin."""
+    by_arch: dict[str, list[str]] = {}
+    for m in sorted(set(models)):
+        by_arch.setdefault(_architecture(m, Path(data_dir)), []).append(m)
+    return {m: " + ".join(group) for group in by_arch.values() for m in group}

@@ -136,3 +136,16 @@ def test_first_order_by_hand():
     got = first_order(row, np.array([[100.0, 10.0]]), [80], terms,
                       ("frontend_output_s", "step_overhead_s"), start={"step_overhead_s": 5e-4})
     np.testing.assert_allclose(got, [[140.0, 11.0]])
+
+
+def test_twins_are_held_out_as_one_model():
+    """The first test's rows, with models a and b one architecture (unit ``a + b``): two
+    units are too few for the inner check (it needs three), so the first set stays, where
+    three models chose the latency."""
+    rows = _measured(_rows("abc"), [130.0] * 6)
+    sets = {"per_token": ("frontend_output_per_token_s",), "latency": ("frontend_output_s",)}
+    units = ["a + b" if r.model in "ab" else r.model for r in rows]
+    names, summary = select_terms(rows, np.tile([100.0, 10.0], (6, 1)), [80] * 6,
+                                  [0.05] * 6, sets, units=units)
+    assert names == ("frontend_output_per_token_s",)
+    assert summary == {"term_set": "per_token", "scores": None}
