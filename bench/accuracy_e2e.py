@@ -4,7 +4,8 @@ For every row of ``../shared/data/e2e/aic_silicon_blackwell`` serveplan can expr
 same closed-loop load is simulated three ways: (a) the GPU steps alone (no engine runtime),
 (b) the engine's runtime with unfitted terms (its scheduler, async scheduling, defaults),
 (c) with runtime terms fitted leave-one-model-out (each model predicted by terms fitted on
-the other models of the same engine). The fits are first order in closed form
+the other models of the same engine; checkpoints of one architecture are one model,
+:func:`serveplan.e2e_served.held_out_units`). The fits are first order in closed form
 (:mod:`serveplan.e2e_fit`), in two steps: from (b), then around those terms from a
 sample of the training rows simulated with them (:func:`fit_resimulated`); each held-out
 row is then simulated with its fold's terms. The shipped profile's terms are fitted on all
@@ -181,9 +182,10 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
             fold_terms.update({(engine, rows[k].model): terms for k in test})
             pred[test] = predict_all([rows[k] for k in test], [resolved[k] for k in test],
                                      terms, jobs)
-            folds.append({"engine": engine, "held_out": m, **summ})
+            held_out = " + ".join(sorted({rows[k].model for k in test}))
+            folds.append({"engine": engine, "held_out": held_out, **summ})
             held = med_abs(pred[test], measured_means([rows[k] for k in test]))
-            print(f"{engine}: held out {m} ({len(test)} rows): median abs TTFT/TPOT "
+            print(f"{engine}: held out {held_out} ({len(test)} rows): median abs TTFT/TPOT "
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}

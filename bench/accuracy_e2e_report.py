@@ -216,7 +216,8 @@ Command: `{report['command']}` ({report['date']}, {report['seconds']} s). Data:
 (InferenceX's: 10 requests per client from a burst, lengths uniform on [0.8 L, L];
 `serveplan.e2e.row_client`; why not its SOURCE.md's aiperf medians: `docs/validate.md`).
 Error = predicted / measured - 1. Settings: {'; '.join(NAMES.values())} (each model
-predicted by terms fitted on the engine's other models).
+predicted by terms fitted on the engine's other models; checkpoints of one architecture,
+such as DeepSeek-R1 and V3, are one model, held out together).
 
 ## Repeated measurements
 
