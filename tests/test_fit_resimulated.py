@@ -111,3 +111,24 @@ def test_a_term_the_sample_cannot_identify_keeps_its_first_step_value(accuracy_e
     assert terms.disagg_handoff_s == pytest.approx(0.040, rel=1e-3)
     assert terms.frontend_output_s == pytest.approx(0.015, rel=1e-3)
     assert summary["fitted"] == list(names) and summary["skipped"] == {}
+
+
+def test_twins_are_held_out_together(accuracy_e2e, monkeypatch):
+    """Models b and c need a 20 ms latency, a and its twin a2 (one unit, ``a + a2``) 60 ms;
+    the stand-in simulates TTFT = 100 ms + the latency, as the slope says. Held out by unit,
+    the twins' fold is fitted on b and c alone: 20 ms, 120 ms predicted for both twins (a
+    fold holding a out alone would have had a2's 60 ms rows to fit on). Three folds, the
+    twins' labelled ``a + a2``."""
+    monkeypatch.setattr(accuracy_e2e, "predict_all", lambda rows, resolved, terms, jobs: np.array(
+        [[P0_TTFT + 1e3 * terms.frontend_output_s, TPOT]] * len(rows)))
+    need = {"a": 60.0, "a2": 60.0, "b": 20.0, "c": 20.0}
+    rows = [replace(_rows(1.0)[0], id=f"{m}{k}", model=m, ttft_ms=P0_TTFT + need[m])
+            for m in need for k in range(2)]
+    units = ["a + a2" if r.model in ("a", "a2") else r.model for r in rows]
+    unfitted = np.array([[P0_TTFT, TPOT]] * len(rows))
+    pred, folds, _, fold_terms = accuracy_e2e.lomo(
+        rows, [None] * len(rows), unfitted, [80] * len(rows), [0.05] * len(rows),
+        names=("frontend_output_s",), resim_rows=0, optional=(), units=units)
+    assert [f["held_out"] for f in folds] == ["a + a2", "b", "c"]
+    assert pred[:4, 0] == pytest.approx([120.0] * 4, rel=1e-3)
+    assert fold_terms["vllm", "a2"].frontend_output_s == pytest.approx(0.020, rel=1e-3)
