@@ -160,11 +160,9 @@ def _architecture(model: str, data_dir: Path) -> str:
     """The model's architecture config, packaging fields dropped, as canonical JSON (a
     catalog model: its catalog name; a model without a shipped config: its own name)."""
     name = ARCHITECTURE.get(model)
-    if name is None:
-        return model
-    if name.startswith(CATALOG):
-        return name
-    path = data_dir / "model_configs" / name
+    if name is None or name.startswith(CATALOG):
+        return name or model
+    path = Path(_ref(name, data_dir))
     if not path.exists():
         return model
     config = json.loads(path.read_text())
