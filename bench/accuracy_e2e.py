@@ -382,15 +382,18 @@ def _command(args) -> str:
 
 
 def repeat_spread(rows) -> dict:
-    """How far repeated measurements of one deployment and load lie apart: each distinct
-    measurement against the median of the others (|x / median - 1|), over groups with two
-    or more distinct measurements -- the floor under any prediction's error."""
-    groups = defaultdict(set)
+    """How far repeated measurements of one deployment and load lie apart: each measurement
+    date against the median of the group's other dates (|x / median - 1|), over groups
+    measured on two or more dates -- the floor under any prediction's error. Rows of one
+    date are one run exported more than once (their median counts); undated rows count
+    once per distinct measurement."""
+    groups = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        groups[replace(sim_key(r), version="")].add((r.ttft_ms, r.tpot_ms))
+        when = r.measured[:10] or (r.ttft_ms, r.tpot_ms)
+        groups[replace(sim_key(r), version="")][when].append((r.ttft_ms, r.tpot_ms))
     dev = []
-    for values in groups.values():
-        v = np.array(sorted(values))
+    for by_date in groups.values():
+        v = np.array([np.median(runs, axis=0) for runs in by_date.values()])
         for i in range(len(v) if len(v) > 1 else 0):
             others = np.delete(v, i, axis=0)
             dev.append(np.abs(v[i] / np.median(others, axis=0) - 1.0))

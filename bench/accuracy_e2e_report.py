@@ -162,8 +162,9 @@ def _spread(report) -> str:
     s = report["repeat_spread"]
     if not s.get("measurements"):
         return "No deployment and load was measured twice."
-    return (f"{s['measurements']:,} rows repeat a deployment and load measured more than once "
-            "(other dates or versions). Each against the median of its repeats: TTFT "
+    return (f"{s['measurements']:,} measurements repeat a deployment and load on another date "
+            "(a run exported more than once, on one date, counts once). Each against the "
+            "median of its repeats: TTFT "
             f"{_abs(s['ttft_median'])} % median, {_abs(s['ttft_p75'])} % p75; TPOT "
             f"{_abs(s['tpot_median'])} % median, {_abs(s['tpot_p75'])} % p75 -- a floor "
             "under any prediction's error on those rows.")
