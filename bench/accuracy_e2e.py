@@ -410,15 +410,16 @@ ROW_FIELDS = ("id", "engine", "model", "system", "mode", "isl", "osl", "concurre
 
 
 def write_rows_csv(path: Path, rows, meas, preds: dict) -> None:
-    """Every expressible row: its identity, measured and predicted means (ms)."""
+    """Every expressible row: its identity, measured and predicted means (ms, ten significant
+    digits, so that a `--report-only` rebuild reproduces the run's figures)."""
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow([*ROW_FIELDS, "ttft_ms", "tpot_ms",
                       *(f"{name}_{m}" for name in preds for m in ("ttft_ms", "tpot_ms"))])
         for k, r in enumerate(rows):
             out.writerow([getattr(r, f) for f in ROW_FIELDS]
-                         + [f"{v:.4g}" for v in meas[k]]
-                         + [f"{v:.4g}" for p in preds.values() for v in p[k]])
+                         + [f"{v:.10g}" for v in meas[k]]
+                         + [f"{v:.10g}" for p in preds.values() for v in p[k]])
 
 
 def read_rows_csv(path: Path, rows, names, optional=()) -> dict:
