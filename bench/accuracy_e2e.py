@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -34,6 +35,7 @@ from accuracy_e2e_breakdown import (
     light_load_gaps,
     med_abs,
     rel_err,
+    repeat_spread,
     verdict,
     worse_models,
 )
@@ -374,36 +376,12 @@ def _command(args) -> str:
             + (" --no-fit" if args.no_fit else "")
             + (" --write-profiles" if args.write_profiles else "")
             + (" --reuse" if args.reuse else "")
+            + (f" --resimulate '{args.resimulate.pattern}'" if args.resimulate else "")
             + (" --report-only" if args.report_only else "")
             + (" --fit-step-overhead" if args.fit_step_overhead else "")
             + (f" --resim-rows {args.resim_rows}" if args.resim_rows != RESIM_ROWS else "")
             + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
-
-
-def repeat_spread(rows) -> dict:
-    """How far repeated measurements of one deployment and load lie apart: each measurement
-    date against the median of the group's other dates (|x / median - 1|), over groups
-    measured on two or more dates -- the floor under any prediction's error. Rows of one
-    date are one run exported more than once (their median counts); undated rows count
-    once per distinct measurement."""
-    groups = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        when = r.measured[:10] or (r.ttft_ms, r.tpot_ms)
-        groups[replace(sim_key(r), version="")][when].append((r.ttft_ms, r.tpot_ms))
-    dev = []
-    for by_date in groups.values():
-        v = np.array([np.median(runs, axis=0) for runs in by_date.values()])
-        for i in range(len(v) if len(v) > 1 else 0):
-            others = np.delete(v, i, axis=0)
-            dev.append(np.abs(v[i] / np.median(others, axis=0) - 1.0))
-    dev = np.array(dev).reshape(-1, 2)
-    if not len(dev):
-        return {"measurements": 0}
-    return {"measurements": len(dev), "ttft_median": float(np.median(dev[:, 0])),
-            "ttft_p75": float(np.percentile(dev[:, 0], 75)),
-            "tpot_median": float(np.median(dev[:, 1])),
-            "tpot_p75": float(np.percentile(dev[:, 1], 75))}
 
 
 ROW_FIELDS = ("id", "engine", "model", "system", "mode", "isl", "osl", "concurrency", "tp")
@@ -434,6 +412,13 @@ def read_rows_csv(path: Path, rows, names, optional=()) -> dict:
             for n in names}
 
 
+def _regex(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {err}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -444,6 +429,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reuse", action="store_true",
                     help="take settings (a) and (b) from the previous NAME_rows.csv (same "
                          "data and client) and redo only the fits")
+    ap.add_argument("--resimulate", metavar="REGEX", type=_regex,
+                    help="with --reuse: simulate settings (a) and (b) again for the rows "
+                         "whose id matches REGEX (their deployment changed since that run)")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the report from the previous run's NAME_rows.csv and "
                          "NAME.json (its predictions and fits): no simulation, no fit")
@@ -464,8 +452,15 @@ def _predict_settings(args, ok, resolved) -> dict:
     if args.reuse or args.report_only:
         names = ("gpu_only", "engine_unfitted") + (("engine_fitted_lomo", "as_shipped")
                                                      if args.report_only else ())
-        return read_rows_csv(rows_csv, ok, names,  # a rebuild keeps setting (e) too
-                             optional=("self_calibrated",) if args.report_only else ())
+        preds = read_rows_csv(rows_csv, ok, names,  # a rebuild keeps setting (e) too
+                              optional=("self_calibrated",) if args.report_only else ())
+        redo = [k for k, r in enumerate(ok) if args.resimulate and args.resimulate.search(r.id)]
+        for name, terms in (("gpu_only", "gpu"), ("engine_unfitted", RuntimeTerms())):
+            if redo:
+                preds[name][redo] = predict_all([ok[k] for k in redo],
+                                                [resolved[0][k] for k in redo], terms,
+                                                args.jobs, args.data)
+        return preds
     resolved = resolved[0]
     return {"gpu_only": predict_all(ok, resolved, "gpu", args.jobs, args.data),
             "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.jobs)}
@@ -542,6 +537,8 @@ def main() -> None:
     args = ap.parse_args()
     if (args.no_fit or args.report_only) and args.write_profiles:
         ap.error("--write-profiles needs this run's fits: drop --no-fit / --report-only")
+    if args.resimulate and not args.reuse:
+        ap.error("--resimulate re-runs rows of a --reuse run: add --reuse")
     t0 = time.time()
     rows = load_rows(args.data / "silicon_blackwell.csv")
     reasons = Counter(expressible(r, args.data) or "expressible" for r in rows)
@@ -564,7 +561,7 @@ def main() -> None:
         "command": _command(args),
         "date": stamp, "seconds": round(time.time() - t0, 1),
         "coverage": {"expressible": len(ok), "rows": len(rows), "reasons": dict(reasons)},
-        "repeat_spread": repeat_spread(ok),
+        "repeat_spread": repeat_spread(ok, sim_key),
         "groups": group_table(ok, meas, preds), "osl_slopes": osl_slopes(ok, preds),
         "by_load": engine_load_table(ok, meas, preds),
         "light_load_gaps": light_load_gaps(ok, meas, preds["engine_unfitted"]),

@@ -8,6 +8,7 @@ Every table here is computed from the rows and the predictions of one run, so
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -131,3 +132,28 @@ def light_load_gaps(rows, meas: np.ndarray, engine_only: np.ndarray) -> list[dic
                       "gap_ms": float(np.median(gap)),
                       "gap_steps": float(np.median(gap / m[ok, 1]))})
     return table
+
+
+def repeat_spread(rows, key) -> dict:
+    """How far repeated measurements of one deployment and load (rows alike under ``key``,
+    whatever their engine version) lie apart: each measurement date against the median of
+    the group's other dates (|x / median - 1|), over groups measured on two or more dates
+    -- the floor under any prediction's error. Rows of one date are one run exported more
+    than once (their median counts); undated rows count once per distinct measurement."""
+    groups = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        when = r.measured[:10] or (r.ttft_ms, r.tpot_ms)
+        groups[replace(key(r), version="")][when].append((r.ttft_ms, r.tpot_ms))
+    dev = []
+    for by_date in groups.values():
+        v = np.array([np.median(runs, axis=0) for runs in by_date.values()])
+        for i in range(len(v) if len(v) > 1 else 0):
+            others = np.delete(v, i, axis=0)
+            dev.append(np.abs(v[i] / np.median(others, axis=0) - 1.0))
+    dev = np.array(dev).reshape(-1, 2)
+    if not len(dev):
+        return {"measurements": 0}
+    return {"measurements": len(dev), "ttft_median": float(np.median(dev[:, 0])),
+            "ttft_p75": float(np.percentile(dev[:, 0], 75)),
+            "tpot_median": float(np.median(dev[:, 1])),
+            "tpot_p75": float(np.percentile(dev[:, 1], 75))}
