@@ -25,7 +25,7 @@ asks for fp8 KV; several Hopper scripts pass no KV dtype (vLLM, SGLang) or ``dty
 
 Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
 2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
-rows the old ``70b_*_slurm.sh`` flags; TensorRT-LLM's CUDA graphs as each script's
+rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (:func:`_llama_trtllm`: which copy); TensorRT-LLM's CUDA graphs as each script's
 ``cuda_graph_config`` sets them (padded, up to its ``max_batch_size``); not modelled: the
 SGLang CUDA-graph batch limits and speculative decoding (the MTP
 variants are separate scripts; the rows do not say which ran, but the TensorRT-LLM image
@@ -145,11 +145,17 @@ def _dsr1_trtllm(r) -> dict:
 
 
 def _llama_trtllm(r) -> dict:
-    """70b_*_trt_slurm.sh: max_num_tokens = max_model_len (fp4), 16384 (fp8:
-    ``--max_num_tokens 16384``); 1k/1k below TP 8 holds contexts up to 20 iterations for 0.9
-    of the budget."""
-    tokens = 16384 if r.precision == "fp8" else r.isl + r.osl + MAX_MODEL_LEN_PAD
-    knobs = dict(max_num_batched_tokens=tokens, **_trt_graphs(1024))
+    """70b_*_trt_slurm.sh / _docker.sh: ``--max_num_tokens 16384``; 1k/1k below TP 8 holds
+    contexts up to 20 iterations for 0.9 of that budget.
+
+    The fp4 slurm script InferenceX's repository holds (73ef922) passes ``$MAX_MODEL_LEN``
+    instead (2,304 tokens at 1k/1k); its docker twin (c2faa3d) and the fp8 script
+    (a267b4b) pass 16384, and the rows do not say which runner served them. The rows rule
+    the small budget out: with it at most two ~920-token contexts fit a step, and they wait
+    the full 20 iterations unless both are near 1,024 tokens (TensorRT-LLM's
+    ``_waiting_requests``), about two admissions per 21 iterations: 4.3 requests/s at the
+    21.9 ms TPOT of the 128-client TP 1 run, which completed 6.1 per second."""
+    knobs = dict(max_num_batched_tokens=16384, **_trt_graphs(1024))
     if _one_k(r) and r.tp < 8:
         knobs.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
     return knobs

@@ -315,15 +315,21 @@ def test_qwen35_scripts_keep_a_bf16_recurrent_state():
     assert "mamba_ssm_dtype" not in knobs(precision="bf16")
 
 
-def test_llama_trtllm_budget_by_precision():
-    """70b_fp8_b200_trt_slurm.sh (a267b4b) launches ``--max_num_tokens 16384``,
-    70b_fp4_b200_trt_slurm.sh ``--max_num_tokens $MAX_MODEL_LEN`` (the sweep's ISL + OSL +
-    256): at 1k/1k that is 16384 and 2304 tokens."""
-    def tokens(precision):
-        return recipe_knobs(_row(engine="trtllm", model="meta-llama/Llama-3.1-70B", isl=1024,
-                                 osl=1024, tp=4, precision=precision))["max_num_batched_tokens"]
-    assert tokens("fp8") == 16384
-    assert tokens("fp4") == 2304
+def test_llama_trtllm_budget_is_the_scripts_16384():
+    """70b_fp8_b200_trt_slurm.sh (a267b4b) and 70b_fp4_b200_trt_docker.sh (c2faa3d) launch
+    ``--max_num_tokens 16384`` at every sequence length (the fp4 slurm copy's
+    ``$MAX_MODEL_LEN`` is ruled out by the rows, ``_llama_trtllm``); 1k/1k below TP 8 adds
+    ``batch_wait_timeout_iters: 20`` and ``batch_wait_max_tokens_ratio: 0.9``."""
+    def knobs(precision, isl=1024, osl=1024, tp=4):
+        return recipe_knobs(_row(engine="trtllm", model="meta-llama/Llama-3.1-70B", isl=isl,
+                                 osl=osl, tp=tp, precision=precision))
+    for precision in ("fp8", "fp4"):
+        assert knobs(precision)["max_num_batched_tokens"] == 16384
+        assert knobs(precision, isl=8192)["max_num_batched_tokens"] == 16384
+    assert knobs("fp4")["batch_wait_timeout_iters"] == 20
+    assert knobs("fp4")["batch_wait_max_tokens_ratio"] == 0.9
+    assert "batch_wait_timeout_iters" not in knobs("fp4", tp=8)
+    assert "batch_wait_timeout_iters" not in knobs("fp4", osl=8192)
 
 
 HOPPER_MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "gptoss": "openai/gpt-oss-120b",
