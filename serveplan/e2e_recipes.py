@@ -25,11 +25,11 @@ asks for fp8 KV; several Hopper scripts pass no KV dtype (vLLM, SGLang) or ``dty
 
 Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
 2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
-rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (:func:`_llama_trtllm`: which copy); TensorRT-LLM's CUDA graphs as each script's
-``cuda_graph_config`` sets them (padded, up to its ``max_batch_size``); not modelled: the
-SGLang CUDA-graph batch limits and speculative decoding (the MTP
-variants are separate scripts; the rows do not say which ran, but the TensorRT-LLM image
-InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 / GB300 (multi-node
+rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llama_trtllm`);
+TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
+its ``max_batch_size``); not modelled: the SGLang CUDA-graph batch limits and speculative
+decoding (the MTP variants are separate scripts; the rows do not say which ran, but the
+TensorRT-LLM image InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 / GB300 (multi-node
 launches) have no recipe here.
 """
 

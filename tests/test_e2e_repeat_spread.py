@@ -28,8 +28,8 @@ def test_one_date_exported_twice_is_one_measurement(spread):
     two: 101 vs median(120, 80) = 100 -> 0.01; 120 vs median(101, 80) = 90.5 -> 0.326;
     80 vs median(101, 120) = 110.5 -> 0.276. TTFT median 0.276, p75 (numpy linear) 0.301.
     TPOT 10, 10, 12, 10 ms: 10 vs 11 -> 0.0909, 12 vs 10 -> 0.2, 10 vs 11 -> 0.0909.
-    Another load (16 clients) measured on one date only adds nothing; neither does a
-    version difference split a group (the version is not part of the deployment here)."""
+    Another load (16 clients) measured on one date only adds nothing, and the engine
+    version does not split a group (repeats are grouped across versions)."""
     rows = [_row(0, 100, 10, "2026-04-01"), _row(1, 102, 10, "2026-04-01"),
             _row(2, 120, 12, "2026-04-08", version="0.17.0"), _row(3, 80, 10, "2026-04-15"),
             _row(4, 300, 20, "2026-04-01", concurrency=16)]
