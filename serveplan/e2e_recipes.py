@@ -29,8 +29,8 @@ rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llam
 TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
 its ``max_batch_size``); not modelled: the SGLang CUDA-graph batch limits and speculative
 decoding (the MTP variants are separate scripts; the rows do not say which ran, but the
-TensorRT-LLM image InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 / GB300 (multi-node
-launches) have no recipe here.
+TensorRT-LLM image InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 /
+GB300 (multi-node launches) have no recipe here.
 """
 
 from __future__ import annotations
