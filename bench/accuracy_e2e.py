@@ -455,11 +455,10 @@ def _predict_settings(args, ok, resolved) -> dict:
         preds = read_rows_csv(rows_csv, ok, names,  # a rebuild keeps setting (e) too
                               optional=("self_calibrated",) if args.report_only else ())
         redo = [k for k, r in enumerate(ok) if args.resimulate and args.resimulate.search(r.id)]
-        for name, terms in (("gpu_only", "gpu"), ("engine_unfitted", RuntimeTerms())):
-            if redo:
-                preds[name][redo] = predict_all([ok[k] for k in redo],
-                                                [resolved[0][k] for k in redo], terms,
-                                                args.jobs, args.data)
+        if redo:
+            rows, res = [ok[k] for k in redo], [resolved[0][k] for k in redo]
+            preds["gpu_only"][redo] = predict_all(rows, res, "gpu", args.jobs, args.data)
+            preds["engine_unfitted"][redo] = predict_all(rows, res, RuntimeTerms(), args.jobs)
         return preds
     resolved = resolved[0]
     return {"gpu_only": predict_all(ok, resolved, "gpu", args.jobs, args.data),
