@@ -207,7 +207,7 @@ def _fit_reason(row: E2ERow, data_dir: Path) -> str | None:
     return None
 
 
-MTP_REASON = ("ran MTP speculative decoding (InferenceX's *-trt-mtp image); serveplan "
+MTP_REASON = ("ran MTP speculative decoding (InferenceX's *-trt-mtp image or sweep); serveplan "
               "models speculative decoding under vLLM's scheduler only")
 
 

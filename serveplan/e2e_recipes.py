@@ -29,7 +29,7 @@ rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llam
 TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
 its ``max_batch_size``); not modelled: the SGLang CUDA-graph batch limits and speculative
 decoding (the MTP variants are separate scripts; the rows do not say which ran, but the
-TensorRT-LLM image InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 /
+TensorRT-LLM image or sweep InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 /
 GB300 (multi-node launches) have no recipe here.
 """
 
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from serveplan.estimator.oracle import trtllm_cuda_graph_sizes
 
-__all__ = ["AUTO_KV", "MTP_IMAGES", "NODE_GPUS", "RECIPES", "Recipe", "layout", "model_family",
-           "mtp_depth", "recipe_for", "recipe_knobs"]
+__all__ = ["AUTO_KV", "MTP_IMAGES", "MTP_SWEEPS", "NODE_GPUS", "RECIPES", "Recipe", "layout",
+           "model_family", "mtp_depth", "recipe_for", "recipe_knobs"]
 
 MAX_MODEL_LEN_PAD = 256  # the sweep generator's max_model_len = isl + osl + 256
 NODE_GPUS = 8  # every recipe here is a single-node launch on an eight-GPU HGX board
@@ -335,12 +335,25 @@ MTP_IMAGES = ("tensorrt-llm/release:1.2.0rc6.post3",)
 """Container images InferenceX ran only for its MTP variants (``dsr1-fp{4,8}-b200-trt-mtp``
 in ``.github/configs/nvidia-master.yaml``; the plain variants ran ``1.2.0rc6.post2``)."""
 
+MTP_SWEEPS = (("tensorrt-llm/release:1.1.0rc2.post2", "2026-01-14"),)
+"""(image, measurement date) of sweeps that ran only the MTP variants, on an image the plain
+variants shared. InferenceX PR 392 (opened 2026-01-07) added ``dsr1-fp{4,8}-b200-trt-mtp`` on
+``release:1.1.0rc2.post2`` with a ``perf-changelog.yaml`` entry naming only the ``-mtp``
+keys, and ``run-sweep.yml`` sweeps the keys a pushed changelog entry names; the plain keys
+had no throughput entry from then until PRs 594 / 620 moved them to ``1.2.0rc6.post2``.
+Every row of that image is dated 2025-12-15 or 2026-01-14."""
+
+
+def _ran_mtp_sweep(row) -> bool:
+    source = row.source.replace("#", "/")
+    return (any(image in source for image in MTP_IMAGES)
+            or any(image in source and row.measured == date for image, date in MTP_SWEEPS))
+
 
 def mtp_depth(row) -> int:
     """Draft tokens per step of ``row``'s MTP run (0: the row did not run MTP): the
     ``*_trt_mtp.sh`` scripts run three, one with attention DP."""
-    ran_mtp = (row.engine == "trtllm" and model_family(row.model) == "dsr1"
-               and any(image in row.source.replace("#", "/") for image in MTP_IMAGES))
-    if not ran_mtp:
+    if not (row.engine == "trtllm" and model_family(row.model) == "dsr1"
+            and _ran_mtp_sweep(row)):
         return 0
     return 1 if layout(row)[1] > 1 else 3

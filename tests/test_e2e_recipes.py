@@ -166,20 +166,26 @@ def test_workers_counted_as_tp_times_ep_are_one_node():
     assert layout(_row(**dsr1, tp=8, dp=1, moe_tp=8, ep=1)) == (8, 1, 1)
 
 
-@pytest.mark.parametrize("image, dp, depth", [
-    ("image=nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3", 1, 3),
-    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3", 8, 1),
-    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2", 1, 0),
-    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2", 1, 0)])
-def test_mtp_runs_known_by_their_image(image, dp, depth, aic):
+@pytest.mark.parametrize("image, measured, dp, depth", [
+    ("image=nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3", "2026-03-20", 1, 3),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3", "", 8, 1),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2", "2026-03-20", 1, 0),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2", "2025-12-15", 1, 0),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2", "2026-01-14", 1, 3),
+    ("image=nvcr.io#nvidia/tensorrt-llm/release:1.1.0rc2.post2", "2026-01-14", 8, 1),
+    ("image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2", "2026-01-14", 1, 0)])
+def test_mtp_runs_known_by_their_image_or_sweep(image, measured, dp, depth, aic):
     """nvidia-master.yaml runs release:1.2.0rc6.post3 only for dsr1-fp{4,8}-b200-trt-mtp,
-    whose scripts set num_nextn_predict_layers 3 (1 with attention DP); such rows are not
-    expressible (speculative decoding is modelled under vLLM's scheduler only)."""
+    whose scripts set num_nextn_predict_layers 3 (1 with attention DP); on 1.1.0rc2.post2,
+    which both variants shared, the 2026-01-14 sweep was PR 392's, whose changelog entry
+    named only the -mtp keys. Such rows are not expressible (speculative decoding is
+    modelled under vLLM's scheduler only)."""
     from serveplan.e2e import MTP_REASON, expressible
     from serveplan.e2e_recipes import mtp_depth
 
+    source = f"db-dump/2026-04-27; config_id=1; measured={measured}T00:00:00Z; {image}"
     row = _row(engine="trtllm", model="deepseek-ai/DeepSeek-R1", tp=8 // dp, dp=dp, ep=dp,
-               moe_tp=8 // dp, source=f"db-dump/2026-04-27; config_id=1; {image}")
+               moe_tp=8 // dp, source=source, measured=measured)
     assert mtp_depth(row) == depth
     assert (expressible(row, aic) == MTP_REASON) == (depth > 0)
 
