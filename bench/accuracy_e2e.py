@@ -401,14 +401,21 @@ def write_rows_csv(path: Path, rows, meas, preds: dict) -> None:
 
 
 def read_rows_csv(path: Path, rows, names, optional=()) -> dict:
-    """The predictions ``names`` of a previous run's rows file, if it holds ``rows`` in
-    order (``--reuse``); else an error. Those of ``optional`` too, where the file has them."""
+    """The predictions ``names`` of a previous run's rows file for ``rows`` (``--reuse``),
+    which the file must hold in the same order; rows of the file that ``rows`` lacks (since
+    found not expressible) are left out, and said so. Those of ``optional`` too, where the
+    file has them."""
     with path.open(newline="") as fh:
         table = list(csv.DictReader(fh))
-    if [t["id"] for t in table] != [r.id for r in rows]:
+    wanted = {r.id for r in rows}
+    kept = [t for t in table if t["id"] in wanted]
+    if [t["id"] for t in kept] != [r.id for r in rows]:
         raise SystemExit(f"{path}: not the rows of this data (run without --reuse)")
-    names = [*names, *(n for n in optional if table and f"{n}_ttft_ms" in table[0])]
-    return {n: np.array([[float(t[f"{n}_ttft_ms"]), float(t[f"{n}_tpot_ms"])] for t in table])
+    if len(kept) < len(table):
+        print(f"{path.name}: {len(table) - len(kept)} rows of the previous run are no longer "
+              "expressible; left out")
+    names = [*names, *(n for n in optional if kept and f"{n}_ttft_ms" in kept[0])]
+    return {n: np.array([[float(t[f"{n}_ttft_ms"]), float(t[f"{n}_tpot_ms"])] for t in kept])
             for n in names}
 
 
@@ -428,7 +435,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="report settings (a) and (b) only: no leave-one-model-out fits")
     ap.add_argument("--reuse", action="store_true",
                     help="take settings (a) and (b) from the previous NAME_rows.csv (same "
-                         "data and client) and redo only the fits")
+                         "data and client; rows since found not expressible are left out) "
+                         "and redo only the fits")
     ap.add_argument("--resimulate", metavar="REGEX", type=_regex,
                     help="with --reuse: simulate settings (a) and (b) again for the rows "
                          "whose id matches REGEX (their deployment changed since that run)")

@@ -207,8 +207,8 @@ def _fit_reason(row: E2ERow, data_dir: Path) -> str | None:
     return None
 
 
-MTP_REASON = ("ran MTP speculative decoding (InferenceX's *-trt-mtp image or sweep); serveplan "
-              "models speculative decoding under vLLM's scheduler only")
+MTP_REASON = ("ran MTP speculative decoding (an InferenceX *-mtp variant's image, sweep or "
+              "layout); serveplan models speculative decoding under vLLM's scheduler only")
 
 
 def expressible(row: E2ERow, data_dir: Path) -> str | None:

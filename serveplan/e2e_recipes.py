@@ -29,7 +29,7 @@ rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llam
 TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
 its ``max_batch_size``); not modelled: the SGLang CUDA-graph batch limits and speculative
 decoding (the MTP variants are separate scripts; the rows do not say which ran, but the
-TensorRT-LLM image or sweep InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 /
+image, sweep or layout InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 /
 GB300 (multi-node launches) have no recipe here.
 """
 
@@ -350,9 +350,29 @@ def _ran_mtp_sweep(row) -> bool:
             or any(image in source and row.measured == date for image, date in MTP_SWEEPS))
 
 
+QWEN_MTP_STEPS = 3
+"""EAGLE steps of ``qwen3.5-fp8-b200-sglang-mtp`` (``--speculative-num-steps 3``, 4 draft
+tokens, top-k 1; InferenceX PR 898)."""
+
+
+def _ran_qwen_mtp(row) -> bool:
+    """A Qwen3.5 fp8 row of SGLang 0.5.9 at TP 4 without expert or attention DP: from PR 898
+    (March 2026) to the May images, ``nvidia-master.yaml`` swept that layout only in
+    ``qwen3.5-fp8-b200-sglang-mtp`` (``{tp: 4, ep: 1}``, image ``lmsysorg/sglang:v0.5.9-cu130``;
+    the plain key swept TP 8 / EP 1 and TP 4 / EP 4 on ``v0.5.9-cu129-amd64``, then
+    ``-cu130-amd64``), whose recipe the B300 rows of that image reused. Every such row that
+    records its image names ``v0.5.9-cu130``."""
+    return (row.engine == "sglang" and model_family(row.model) == "qwen3.5"
+            and row.precision == "fp8" and row.version == "0.5.9"
+            and (row.tp, max(row.dp, 1), row.ep) == (4, 1, 1))
+
+
 def mtp_depth(row) -> int:
     """Draft tokens per step of ``row``'s MTP run (0: the row did not run MTP): the
-    ``*_trt_mtp.sh`` scripts run three, one with attention DP."""
+    ``*_trt_mtp.sh`` scripts run three, one with attention DP; the Qwen3.5 SGLang MTP
+    script three EAGLE steps."""
+    if _ran_qwen_mtp(row):
+        return QWEN_MTP_STEPS
     if not (row.engine == "trtllm" and model_family(row.model) == "dsr1"
             and _ran_mtp_sweep(row)):
         return 0

@@ -384,3 +384,24 @@ def test_scripts_without_a_dp_switch_ignore_attention_dp(aic):
     pool = deployment(kimi, aic)["pools"][0]
     assert pool["tp"] == 4 and pool["ep"] == 4 and pool["dp"] == 1 and pool["count"] == 1
     assert layout(_row(precision="fp4", tp=4, dp=4, ep=16)) == (1, 4, 4)  # the fp4 switch
+
+
+@pytest.mark.parametrize("system, version, tp, ep, depth", [
+    ("b200_sxm", "0.5.9", 4, 1, 3),     # qwen3.5-fp8-b200-sglang-mtp's only layout
+    ("b300_sxm", "0.5.9", 4, 1, 3),     # its recipe, reused on B300 with its image
+    ("b200_sxm", "0.5.9", 4, 4, 0),     # the plain key's TP 4 entry runs EP 4
+    ("b200_sxm", "0.5.9", 8, 1, 0),     # the plain key's TP 8 entry
+    ("b300_sxm", "0.5.10.post1", 4, 1, 0)])  # both B300 keys swept TP 4 / EP 1 on this image
+def test_qwen_sglang_mtp_runs_known_by_their_layout(system, version, tp, ep, depth, aic):
+    """nvidia-master.yaml, March-April 2026: qwen3.5-fp8-b200-sglang-mtp swept {tp: 4, ep: 1}
+    on lmsysorg/sglang:v0.5.9-cu130 (three EAGLE steps), the plain key TP 8 / EP 1 and
+    TP 4 / EP 4 on the -amd64 images; on 0.5.10.post1 the B300 variants share image and
+    layout, so nothing marks their MTP rows."""
+    from serveplan.e2e import MTP_REASON, expressible
+    from serveplan.e2e_recipes import mtp_depth
+
+    row = _row(engine="sglang", version=version, model="Qwen/Qwen3.5-397B-A17B",
+               system=system, precision="fp8", tp=tp, ep=ep, gemm_quant="fp8",
+               moe_quant="fp8", source="db-dump/2026-04-27; config_id=2")
+    assert mtp_depth(row) == depth
+    assert (expressible(row, aic) == MTP_REASON) == (depth > 0)

@@ -67,3 +67,23 @@ def test_report_only_keeps_setting_e(accuracy_e2e, small_data, tmp_path, monkeyp
     assert json.loads((results / "accuracy_e2e.json").read_text())["self_calibration"] == section
     assert "| all | 1 | 3 | (e) own light runs | 10.0 | +10.0 | 10.0 | +10.0 |" in (
         results / "accuracy_e2e.md").read_text()
+
+
+def test_reuse_leaves_out_rows_no_longer_expressible(accuracy_e2e, small_data, tmp_path,
+                                                     capsys):
+    """A rule that refuses rows since the last run (an MTP sweep, say) keeps ``--reuse``
+    usable: the remaining rows take their own predictions; a row the file lacks, or rows
+    out of order, still refuse."""
+    _, ok = small_data
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in ok])
+    preds = {"gpu_only": meas * 2.0, "engine_unfitted": meas * 3.0}
+    path = tmp_path / "rows.csv"
+    accuracy_e2e.write_rows_csv(path, ok, meas, preds)
+    kept = [ok[0], ok[2], ok[5]]
+    got = accuracy_e2e.read_rows_csv(path, kept, ("gpu_only", "engine_unfitted"))
+    np.testing.assert_allclose(got["engine_unfitted"], meas[[0, 2, 5]] * 3.0, rtol=1e-9)
+    assert "3 rows of the previous run are no longer expressible" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="not the rows of this data"):
+        accuracy_e2e.read_rows_csv(path, [ok[2], ok[0]], ("gpu_only",))
+    with pytest.raises(SystemExit, match="not the rows of this data"):
+        accuracy_e2e.read_rows_csv(path, [ok[0], ok[0]], ("gpu_only",))
