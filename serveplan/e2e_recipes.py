@@ -129,12 +129,34 @@ def _one_k(r) -> bool:
     return r.isl == r.osl == 1024
 
 
+DSR1_TRT_FLOOR_FROM = "2026-01-09"
+"""The first measurement date the DeepSeek TensorRT-LLM scripts can have had the 8,192-token
+floor on their budget: InferenceX's copies of 2026-01-08 (6320e9b, after PR 406's rename)
+have none, those of late January (1fc5d73) have it. No row is dated in between."""
+
+
+def _dsr1_trtllm_2025(r) -> dict:
+    """dsr1_fp{4,8}_b200_trt_slurm.sh as they ran to early January 2026 (``release:
+    1.1.0rc2.post2``; InferenceX's copies of October 2025 to 2026-01-08 agree): the budget
+    ``roundup64(CONC + ISL + 64)`` without the floor, KV fraction 0.8, CUDA graphs padded up
+    to 256 (fp8) / 512 (fp4) requests, no batch waiting; attention DP as now. Not modelled:
+    their MoE backends (fp8 DeepGEMM; fp4 CUTLASS from 256 clients with 1k prompts, above
+    32 with 8k)."""
+    return dict(max_num_batched_tokens=_c64(r.concurrency + r.isl + 64),
+                gpu_memory_utilization=0.8,
+                **_trt_graphs(256 if r.precision == "fp8" else 512),
+                **_trt_adp(r, batching_wait_iters=0, timeout_iters=60))
+
+
 def _dsr1_trtllm(r) -> dict:
     """dsr1_fp{4,8}_b200_trt.sh: the budget above; KV fraction 0.75 for fp8 8k/1k at TP4,
     else 0.8; fp8 1k/1k from 64 clients holds contexts up to 40 iterations for 0.8 of the
     budget (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``; TensorRT-LLM
     ignores them under attention DP); attention DP balanced (60 iterations, no batching
-    wait)."""
+    wait). Rows measured before :data:`DSR1_TRT_FLOOR_FROM` ran the older scripts
+    (:func:`_dsr1_trtllm_2025`)."""
+    if r.measured and r.measured < DSR1_TRT_FLOOR_FROM:
+        return _dsr1_trtllm_2025(r)
     fp8 = r.precision == "fp8"
     knobs = dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=(
         0.75 if fp8 and r.isl == 8192 and r.tp == 4 else 0.8), **_trt_graphs(r.concurrency),

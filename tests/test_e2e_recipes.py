@@ -405,3 +405,21 @@ def test_qwen_sglang_mtp_runs_known_by_their_layout(system, version, tp, ep, dep
                moe_quant="fp8", source="db-dump/2026-04-27; config_id=2")
     assert mtp_depth(row) == depth
     assert (expressible(row, aic) == MTP_REASON) == (depth > 0)
+
+
+def test_dsr1_trtllm_rows_before_the_budget_floor_run_the_2025_scripts():
+    """dsr1_fp{4,8}_b200_trt_slurm.sh to 2026-01-08: MAX_NUM_TOKENS = ((CONC + ISL + 64 + 63)
+    / 64) * 64 with no 8192 floor (1k prompts, 32 clients: 1120 -> 1152), KV fraction 0.8,
+    cuda_graph_config max_batch_size 256 (fp8) / 512 (fp4), no batch waiting."""
+    ds = dict(engine="trtllm", model="deepseek-ai/DeepSeek-R1", tp=8, ep=8, isl=1024, osl=1024)
+    old = recipe_knobs(_row(concurrency=32, measured="2025-12-15", **ds))
+    assert old["max_num_batched_tokens"] == 1152
+    assert old["gpu_memory_utilization"] == 0.8
+    assert max(old["cuda_graph_sizes"]) == 256
+    old64 = recipe_knobs(_row(concurrency=64, measured="2025-12-15", **ds))
+    assert "batch_wait_timeout_iters" not in old64
+    fp4 = recipe_knobs(_row(concurrency=4, measured="2025-11-02", precision="fp4", **ds))
+    assert max(fp4["cuda_graph_sizes"]) == 512 and fp4["max_num_batched_tokens"] == 1152
+    new = recipe_knobs(_row(concurrency=32, measured="2026-01-29", **ds))
+    assert new["max_num_batched_tokens"] == 8192 and max(new["cuda_graph_sizes"]) == 32
+    assert recipe_knobs(_row(concurrency=32, **ds))["max_num_batched_tokens"] == 8192
