@@ -24,7 +24,8 @@ asks for fp8 KV; several Hopper scripts pass no KV dtype (vLLM, SGLang) or ``dty
 ``kv_dtype="auto"`` (:data:`AUTO_KV`).
 
 Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
-2026; flags changed in between), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
+2026; flags changed in between; the TensorRT-LLM DeepSeek rows of 2025 take that year's
+scripts, :func:`_dsr1_trtllm_2025`), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
 rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llama_trtllm`);
 TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
 its ``max_batch_size``); not modelled: the SGLang CUDA-graph batch limits and speculative
