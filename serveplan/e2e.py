@@ -49,7 +49,7 @@ from serveplan.e2e_disagg import (
     server_wide,
     token_budget,
 )
-from serveplan.e2e_recipes import AUTO_KV, layout, mtp_depth, recipe_knobs
+from serveplan.e2e_recipes import AUTO_KV, layout, mtp_depth, prompts_per_client, recipe_knobs
 from serveplan.e2e_served import is_mla, served
 from serveplan.e2e_versions import engine_version, measured_date
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
@@ -306,10 +306,13 @@ class BenchClient:
       drawn before the outputs); random token ids, so no two prompts share a prefix;
     * ``--num-prompts 10 x C --max-concurrency C --request-rate inf``: every request is
       created at once behind a semaphore of ``C``, so the first ``C`` leave together and
-      each completion releases the next one at once (a closed loop of ``C`` clients);
+      each completion releases the next one at once (a closed loop of ``C`` clients); the
+      2025 DeepSeek fp8 sweeps on B200 sent 50 x C (20 x C at 8k outputs);
     * ``--num-warmups 2 x C``: the warm-up requests finish before the measured ones start,
       so these begin with a burst on an idle engine (the warm-ups repeat one prompt and
-      prefix caching is off: nothing of theirs is left to reuse);
+      prefix caching is off: nothing of theirs is left to reuse); the runs before late
+      January 2026 sent one test prompt instead, which leaves the engine as idle (what a
+      cold engine's first requests pay beyond that is not modelled);
     * ``--ignore-eos``: exactly the sampled output length is generated.
 
     The statistics are means over the measured requests: TTFT, and TPOT = (E2E - TTFT) /
@@ -326,9 +329,10 @@ class BenchClient:
         return rs.randint(low, length + 1, size=n).astype(np.int64)
 
     def requests(self, row: E2ERow) -> Requests:
-        """The measured requests of ``row``: ``prompts_per_client x concurrency`` of them,
-        in send order."""
-        n = self.prompts_per_client * row.concurrency
+        """The measured requests of ``row``: ``prompts_per_client x concurrency`` of them
+        (the runner's count where it set its own: :func:`~serveplan.e2e_recipes.
+        prompts_per_client`), in send order."""
+        n = (prompts_per_client(row) or self.prompts_per_client) * row.concurrency
         rs = np.random.RandomState(self.seed)  # the client's legacy global-state draws
         prompt, output = self.lengths(row.isl, n, rs), self.lengths(row.osl, n, rs)
         return Requests(arrival_s=np.full(n, np.nan), prompt_len=prompt, output_len=output,

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from serveplan.estimator.oracle import trtllm_cuda_graph_sizes
 
 __all__ = ["AUTO_KV", "MTP_IMAGES", "MTP_SWEEPS", "NODE_GPUS", "RECIPES", "Recipe", "layout",
-           "model_family", "mtp_depth", "recipe_for", "recipe_knobs"]
+           "model_family", "mtp_depth", "prompts_per_client", "recipe_for", "recipe_knobs"]
 
 MAX_MODEL_LEN_PAD = 256  # the sweep generator's max_model_len = isl + osl + 256
 NODE_GPUS = 8  # every recipe here is a single-node launch on an eight-GPU HGX board
@@ -184,13 +184,26 @@ def _llama_trtllm(r) -> dict:
     return knobs
 
 
+GPTOSS_VLLM_FP8_KV_FROM = "2025-12-05"
+"""When ``gptoss_fp4_b200_docker.sh`` took ``kv-cache-dtype: fp8`` (InferenceX PR 273, the
+vLLM 0.11.2 image); before it the script set no KV dtype: the checkpoint's bf16."""
+
+
+def _gptoss_vllm(r) -> dict:
+    """gptoss_fp4_b200.sh: 512 running, 8,192-token budget, 0.9 of memory; the KV cache the
+    checkpoint's own for rows measured before :data:`GPTOSS_VLLM_FP8_KV_FROM`."""
+    knobs = dict(max_num_seqs=512, max_num_batched_tokens=8192, gpu_memory_utilization=0.9)
+    if r.measured and r.measured < GPTOSS_VLLM_FP8_KV_FROM:
+        knobs["kv_dtype"] = AUTO_KV
+    return knobs
+
+
 _F = "benchmarks/single_node/fixed_seq_len/"
 _B, _BB = ("b200",), ("b200", "b300")
 RECIPES: tuple[Recipe, ...] = (
     # ---- vLLM
     Recipe("vllm", "gptoss", ("fp4",), ("b200", "b300"), _F + "gptoss_fp4_b200.sh",
-           lambda r: dict(max_num_seqs=512, max_num_batched_tokens=8192,
-                          gpu_memory_utilization=0.9)),
+           _gptoss_vllm),
     Recipe("vllm", "gptoss", ("fp4",), ("h100",), _F + "gptoss_fp4_h100.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=8192,
                           gpu_memory_utilization=0.9, max_model_len=10240, kv_dtype=AUTO_KV)),
@@ -400,3 +413,20 @@ def mtp_depth(row) -> int:
             and _ran_mtp_sweep(row)):
         return 0
     return 1 if layout(row)[1] > 1 else 3
+
+
+DEEPSEEK_PROMPTS_UNTIL = "2026-01-01"
+"""The end of the year InferenceX's B200 docker runner sized DeepSeek-R1-0528 sweeps apart
+(``runners/launch_b200-nvd.sh`` of 2025; a January 2026 copy sizes every sweep alike)."""
+
+
+def prompts_per_client(row) -> int | None:
+    """Prompts per client of ``row``'s sweep where its runner set them apart from the
+    client's default (None): the 2025 B200 docker runner exported ``NUM_PROMPTS = 50 x CONC``
+    (``20 x CONC`` at 8k outputs) for ``deepseek-ai/DeepSeek-R1-0528``, the fp8 SGLang and
+    vLLM DeepSeek sweeps (its fp4 checkpoint's name did not match)."""
+    if (row.engine in ("sglang", "vllm") and model_family(row.model) == "dsr1"
+            and row.precision == "fp8" and row.system == "b200_sxm"
+            and row.measured and row.measured < DEEPSEEK_PROMPTS_UNTIL):
+        return 20 if row.osl == 8192 else 50
+    return None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from serveplan.e2e import E2ERow, deployment
-from serveplan.e2e_recipes import RECIPES, model_family, recipe_for, recipe_knobs
+from serveplan.e2e_recipes import AUTO_KV, RECIPES, model_family, recipe_for, recipe_knobs
 from serveplan.resolution import resolve
 
 
@@ -423,3 +423,28 @@ def test_dsr1_trtllm_rows_before_the_budget_floor_run_the_2025_scripts():
     new = recipe_knobs(_row(concurrency=32, measured="2026-01-29", **ds))
     assert new["max_num_batched_tokens"] == 8192 and max(new["cuda_graph_sizes"]) == 32
     assert recipe_knobs(_row(concurrency=32, **ds))["max_num_batched_tokens"] == 8192
+
+
+def test_2025_deepseek_fp8_sweeps_send_more_prompts_per_client():
+    """runners/launch_b200-nvd.sh (2025): NUM_PROMPTS = CONC * 20 at OSL 8192, else CONC * 50,
+    for deepseek-ai/DeepSeek-R1-0528 (the fp8 sweeps); every other sweep, and 2026's, CONC *
+    10 (the client's default)."""
+    from serveplan.e2e import BENCH_CLIENT
+    from serveplan.e2e_recipes import prompts_per_client
+
+    ds = dict(engine="sglang", model="deepseek-ai/DeepSeek-R1", concurrency=16, tp=8)
+    assert prompts_per_client(_row(measured="2025-11-18", osl=1024, **ds)) == 50
+    assert prompts_per_client(_row(measured="2025-11-18", osl=8192, **ds)) == 20
+    assert prompts_per_client(_row(measured="2026-03-25", **ds)) is None
+    assert prompts_per_client(_row(measured="2025-11-10", precision="fp4", **ds)) is None
+    assert prompts_per_client(_row(measured="2025-11-18", engine="vllm")) is None
+    assert len(BENCH_CLIENT.requests(_row(measured="2025-11-18", osl=1024, **ds)).prompt_len) == 800
+    assert len(BENCH_CLIENT.requests(_row(measured="2026-03-25", **ds)).prompt_len) == 160
+
+
+def test_gptoss_vllm_kv_is_the_checkpoints_before_the_fp8_flag():
+    """gptoss_fp4_b200_docker.sh set no kv-cache-dtype until PR 273 (vLLM 0.11.2, about
+    2025-12-05), then fp8."""
+    gpt = dict(model="openai/gpt-oss-120b", precision="fp4", tp=2)
+    assert recipe_knobs(_row(measured="2025-11-02", **gpt))["kv_dtype"] == AUTO_KV
+    assert "kv_dtype" not in recipe_knobs(_row(measured="2026-02-25", **gpt))
