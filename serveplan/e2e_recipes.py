@@ -381,6 +381,7 @@ Every row of that image is dated 2025-12-15 or 2026-01-14."""
 
 
 def _ran_mtp_sweep(row) -> bool:
+    """Whether ``row``'s source names an MTP-only image, or an MTP-only sweep's image and date."""
     source = row.source.replace("#", "/")
     return (any(image in source for image in MTP_IMAGES)
             or any(image in source and row.measured == date for image, date in MTP_SWEEPS))
@@ -423,8 +424,9 @@ DEEPSEEK_PROMPTS_UNTIL = "2026-01-01"
 def prompts_per_client(row) -> int | None:
     """Prompts per client of ``row``'s sweep where its runner set them apart from the
     client's default (None): the 2025 B200 docker runner exported ``NUM_PROMPTS = 50 x CONC``
-    (``20 x CONC`` at 8k outputs) for ``deepseek-ai/DeepSeek-R1-0528``, the fp8 SGLang and
-    vLLM DeepSeek sweeps (its fp4 checkpoint's name did not match)."""
+    (``20 x CONC`` at 8k outputs) for ``deepseek-ai/DeepSeek-R1-0528``, the checkpoint of the
+    fp8 DeepSeek sweeps it launched (SGLang's and vLLM's docker scripts; the fp4 sweeps'
+    checkpoint name did not match)."""
     if (row.engine in ("sglang", "vllm") and model_family(row.model) == "dsr1"
             and row.precision == "fp8" and row.system == "b200_sxm"
             and row.measured and row.measured < DEEPSEEK_PROMPTS_UNTIL):
