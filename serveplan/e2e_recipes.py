@@ -87,9 +87,15 @@ def _c64(x: int) -> int:
     return -(-x // 64) * 64
 
 
-def _trt_tokens(r) -> int:
-    """``max(8192, roundup64(CONC + ISL + 64))``, the DeepSeek TensorRT-LLM scripts' budget."""
-    return max(8192, _c64(r.concurrency + r.isl + 64))
+def _trt_tokens(r, floor: int = 8192) -> int:
+    """``max(floor, roundup64(CONC + ISL + 64))``, the DeepSeek TensorRT-LLM scripts' budget
+    (the 2025 scripts had no floor)."""
+    return max(floor, _c64(r.concurrency + r.isl + 64))
+
+
+def _measured_before(r, day: str) -> bool:
+    """Whether ``r`` records a measurement date before ``day`` (ISO dates compare as text)."""
+    return bool(r.measured) and r.measured < day
 
 
 def _trt_graphs(max_batch_size: int) -> dict:
@@ -143,7 +149,7 @@ def _dsr1_trtllm_2025(r) -> dict:
     to 256 (fp8) / 512 (fp4) requests, no batch waiting; attention DP as now. Not modelled:
     their MoE backends (fp8 DeepGEMM; fp4 CUTLASS from 256 clients with 1k prompts, above
     32 with 8k)."""
-    return dict(max_num_batched_tokens=_c64(r.concurrency + r.isl + 64),
+    return dict(max_num_batched_tokens=_trt_tokens(r, floor=0),
                 gpu_memory_utilization=0.8,
                 **_trt_graphs(256 if r.precision == "fp8" else 512),
                 **_trt_adp(r, batching_wait_iters=0, timeout_iters=60))
@@ -156,7 +162,7 @@ def _dsr1_trtllm(r) -> dict:
     ignores them under attention DP); attention DP balanced (60 iterations, no batching
     wait). Rows measured before :data:`DSR1_TRT_FLOOR_FROM` ran the older scripts
     (:func:`_dsr1_trtllm_2025`)."""
-    if r.measured and r.measured < DSR1_TRT_FLOOR_FROM:
+    if _measured_before(r, DSR1_TRT_FLOOR_FROM):
         return _dsr1_trtllm_2025(r)
     fp8 = r.precision == "fp8"
     knobs = dict(max_num_batched_tokens=_trt_tokens(r), gpu_memory_utilization=(
@@ -193,7 +199,7 @@ def _gptoss_vllm(r) -> dict:
     """gptoss_fp4_b200.sh: 512 running, 8,192-token budget, 0.9 of memory; the KV cache the
     checkpoint's own for rows measured before :data:`GPTOSS_VLLM_FP8_KV_FROM`."""
     knobs = dict(max_num_seqs=512, max_num_batched_tokens=8192, gpu_memory_utilization=0.9)
-    if r.measured and r.measured < GPTOSS_VLLM_FP8_KV_FROM:
+    if _measured_before(r, GPTOSS_VLLM_FP8_KV_FROM):
         knobs["kv_dtype"] = AUTO_KV
     return knobs
 
@@ -429,6 +435,6 @@ def prompts_per_client(row) -> int | None:
     checkpoint name did not match)."""
     if (row.engine in ("sglang", "vllm") and model_family(row.model) == "dsr1"
             and row.precision == "fp8" and row.system == "b200_sxm"
-            and row.measured and row.measured < DEEPSEEK_PROMPTS_UNTIL):
+            and _measured_before(row, DEEPSEEK_PROMPTS_UNTIL)):
         return 20 if row.osl == 8192 else 50
     return None
