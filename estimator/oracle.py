@@ -24,6 +24,7 @@ from .catalog import resolve_gpu, resolve_model
 from .correctors import MOE_KERNEL_DTYPE, Runtime, Static, find_table, packed_factors
 from .ops import (
     MOD_ATTN,
+    MOD_FFN,
     MODULE_DISPATCH_KEY,
     MODULE_NAMES,
     MODULE_SECTIONS,
@@ -219,19 +220,28 @@ class CostOracle:
         self._q = np.zeros(1, dtype=np.int64)
         self._c = np.zeros(1, dtype=np.int64)
         self.profile_step_overhead_s = self.profile.step_overhead_s
+        self.profile_ffn_dispatch_s = float(self.mods[MOD_FFN, K.M_DISPATCH])
 
-    def with_step_overhead(self, seconds: float | None) -> CostOracle:
-        """This oracle pricing ``seconds`` per step outside the forward pass instead of its
-        profile's ``step_overhead_s`` (an engine runtime's term,
-        :class:`~.runtime.RuntimeTerms`; None: the GPU profile's own again); everything
-        else is shared. Itself if the value does not change."""
-        seconds = self.profile_step_overhead_s if seconds is None else float(seconds)
-        if seconds == self.prm[K.P_STEP_OVERHEAD]:
+    def with_runtime(self, step_overhead_s: float | None = None,
+                     eager_dispatch_layer_s: float = 0.0) -> CostOracle:
+        """This oracle under an engine runtime's terms (:class:`~.runtime.RuntimeTerms`):
+        ``step_overhead_s`` per step outside the forward pass instead of its profile's
+        (None: the GPU profile's own again), and ``eager_dispatch_layer_s`` more CPU time
+        per layer to issue a step that runs outside CUDA graphs (charged with the FFN
+        module's dispatch, which piecewise graphs capture: only eager steps pay it, and
+        it overlaps the GPU work as every dispatch does); everything else is shared.
+        Itself if neither changes."""
+        seconds = self.profile_step_overhead_s if step_overhead_s is None else float(
+            step_overhead_s)
+        eager = self.profile_ffn_dispatch_s + float(eager_dispatch_layer_s)
+        if seconds == self.prm[K.P_STEP_OVERHEAD] and eager == self.mods[MOD_FFN, K.M_DISPATCH]:
             return self
         twin = copy.copy(self)
         twin.profile = self.profile.model_copy(update={"step_overhead_s": seconds})
         twin.prm = self.prm.copy()
         twin.prm[K.P_STEP_OVERHEAD] = seconds
+        twin.mods = self.mods.copy()
+        twin.mods[MOD_FFN, K.M_DISPATCH] = eager
         for scratch in ("_agg", "_comp", "_comm", "_q", "_c"):
             setattr(twin, scratch, getattr(self, scratch).copy())
         return twin

@@ -68,7 +68,11 @@ class RuntimeTerms(BaseModel):
     ``step_overhead_s`` replaces the GPU profile's time per step outside the forward pass
     (``Profile.step_overhead_s``, 0.5 ms, a default no per-op table measures: the sampler,
     the input preparation kernels and the idle gap between steps as this engine runs
-    them); None keeps the profile's.
+    them); None keeps the profile's. ``eager_dispatch_layer_s`` is the CPU time per layer an
+    engine spends issuing a step outside CUDA graphs beyond the per-op dispatch the GPU
+    profile holds (its framework's work between kernels); it overlaps the GPU work as
+    dispatch does (:meth:`~serveplan.estimator.oracle.CostOracle.with_runtime`), so a step
+    whose GPU work outlasts it does not pay it, and graph steps never do.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -85,6 +89,11 @@ class RuntimeTerms(BaseModel):
     prefill_step_expert_layer_s: float = Field(0.0, ge=0)
     disagg_handoff_s: float = Field(0.0, ge=0)
     step_overhead_s: float | None = Field(None, ge=0)
+    eager_dispatch_layer_s: float = Field(0.0, ge=0)
+
+    def oracle_terms(self) -> tuple[float | None, float]:
+        """The terms the cost oracle prices (``CostOracle.with_runtime``'s arguments)."""
+        return self.step_overhead_s, self.eager_dispatch_layer_s
 
     def front_end(self) -> FrontEnd:
         return FrontEnd(self.frontend_request_s, self.frontend_prompt_token_s,

@@ -48,7 +48,7 @@ TERM_SCALES = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-
                "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4),
                "prefill_token_layer_s": (2e-7, 1e-5), "disagg_handoff_s": (5e-3, 2.0),
                "prefill_step_expert_layer_s": (2e-6, 1e-4),
-               "step_overhead_s": (1e-4, 2e-3)}
+               "step_overhead_s": (1e-4, 2e-3), "eager_dispatch_layer_s": (1e-4, 5e-3)}
 _NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
 

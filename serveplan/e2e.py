@@ -387,12 +387,13 @@ def resolve_row(row: E2ERow, data_dir: Path, **kw):
 
 def with_terms(resolved, terms: RuntimeTerms):
     """``resolved`` with its engine's runtime terms replaced (for fitting): the step
-    overhead they set (or the GPU profile's, if None) prices every step of its pools."""
+    overhead they set (or the GPU profile's, if None) prices every step of its pools, their
+    eager dispatch every step outside CUDA graphs."""
     pools = []
     for p in resolved.pools:
         inst, cost = p.instance, p.cost
         if inst.runtime is not None:
-            oracle = inst.oracle.with_step_overhead(terms.step_overhead_s)
+            oracle = inst.oracle.with_runtime(*terms.oracle_terms())
             cost = oracle if cost is inst.oracle else cost
             inst = replace(inst, runtime=replace(inst.runtime, terms=terms), oracle=oracle)
         pools.append(replace(p, instance=inst, cost=cost))

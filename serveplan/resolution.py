@@ -266,7 +266,7 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
                                               if d.speculative else 0),
                         graph_sizes=_graph_sizes(d, rt, gpu, padding), graph_padding=padding,
                         allreduce_fusion=_allreduce_fusion(d, rt),
-                        ).with_step_overhead(rt.terms.step_overhead_s if rt is not None else None)
+                        ).with_runtime(*(rt.terms.oracle_terms() if rt is not None else ()))
     max_len = d.max_model_len or oracle.model.max_position_embeddings
     scheduler = _knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]

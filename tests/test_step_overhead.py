@@ -38,13 +38,13 @@ def test_an_oracle_with_another_step_overhead_differs_by_it_in_every_step():
     decode or prefill; None restores the profile's value; the original is untouched."""
     oracle = CostOracle("llama-3.1-8b", "h100")
     assert oracle.profile.step_overhead_s == PROFILE_S
-    fast = oracle.with_step_overhead(0.2e-3)
+    fast = oracle.with_runtime(0.2e-3)
     for q, c in (([1] * 8, [1000] * 8), ([512], [0])):
         assert oracle.step_time(q, c) - fast.step_time(q, c) == pytest.approx(0.3e-3, abs=1e-12)
     assert fast.profile.step_overhead_s == 0.2e-3
-    assert fast.with_step_overhead(None).step_time([4], [100]) == oracle.step_time([4], [100])
+    assert fast.with_runtime(None).step_time([4], [100]) == oracle.step_time([4], [100])
     assert oracle.prm[K.P_STEP_OVERHEAD] == PROFILE_S
-    assert oracle.with_step_overhead(PROFILE_S) is oracle
+    assert oracle.with_runtime(PROFILE_S) is oracle
 
 
 def test_the_engine_profile_sets_it_and_the_fitting_path_switches_it(tmp_path):

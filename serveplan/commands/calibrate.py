@@ -129,7 +129,8 @@ FitTerms = Annotated[str | None, typer.Option(
     "frontend_output_s, frontend_prompt_token_s, frontend_output_per_token_s, "
     "tp_sync_per_layer_s, disagg_handoff_s; the others: frontend_request_s, step_cpu_s, "
     "step_cpu_per_request_s, step_cpu_per_token_s, prefill_token_layer_s, "
-    "prefill_step_expert_layer_s (colocated runs of MoE models), step_overhead_s). "
+    "prefill_step_expert_layer_s (colocated runs of MoE models), step_overhead_s, "
+    "eager_dispatch_layer_s (runs whose steps leave the CUDA graphs)). "
     "Runs at a few light loads cannot tell a cost per request of the first token's step "
     "from a constant: leave frontend_output_per_token_s out there.")]
 

@@ -1,0 +1,82 @@
+"""An engine's CPU time per layer to issue a step outside CUDA graphs
+(``RuntimeTerms.eager_dispatch_layer_s``): it joins the FFN module's dispatch, which the
+oracle overlaps with the GPU work (BestServe's Algorithm 1), so a dispatch-bound eager step
+pays it once per layer, a GPU-bound one hides it, and graph steps -- full or piecewise --
+never pay it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serveplan.e2e import with_terms
+from serveplan.estimator.ops import MOD_FFN
+from serveplan.estimator.oracle import CostOracle
+from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
+from serveplan.kernels import roofline as K
+from serveplan.resolution import resolve
+
+LAYERS = 32  # Llama-3.1-8B
+EXTRA = 1e-3  # s per layer: far above any per-layer GPU time of a one-token step
+
+
+def _step(oracle: CostOracle, q, c) -> float:
+    return oracle.step_time(q, c)
+
+
+def test_a_dispatch_bound_eager_step_pays_it_once_per_layer():
+    """One decode token, no graphs. Once the CPU issues each layer slower than the GPU runs
+    it, the layers finish one dispatch apart: a further second per layer costs ``layers``
+    seconds. Below that point the GPU's own time hides part of it (never more than
+    ``layers x extra``)."""
+    eager = CostOracle("llama-3.1-8b", "h100", cuda_graph=False)
+    slow, slower = (eager.with_runtime(eager_dispatch_layer_s=x) for x in (EXTRA, 2 * EXTRA))
+    assert _step(slower, [1], [100]) - _step(slow, [1], [100]) == pytest.approx(
+        LAYERS * EXTRA, rel=1e-9)
+    assert 0.0 < _step(slow, [1], [100]) - _step(eager, [1], [100]) <= LAYERS * EXTRA
+    assert slow.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(
+        eager.mods[MOD_FFN, K.M_DISPATCH] + EXTRA)
+    assert eager.with_runtime() is eager  # no terms: itself
+    assert slow.with_runtime().mods[MOD_FFN, K.M_DISPATCH] == eager.mods[MOD_FFN, K.M_DISPATCH]
+
+
+def test_a_gpu_bound_eager_step_hides_it_but_for_the_first_layers_wait():
+    """An 8,192-token prefill keeps the GPU busier than 0.1 ms per layer of dispatch: the
+    CPU runs ahead, and only the first layer's issue delays the GPU (at most one layer's
+    extra, not 32)."""
+    eager = CostOracle("llama-3.1-8b", "h100", cuda_graph=False)
+    small = 1e-4
+    grown = _step(eager.with_runtime(eager_dispatch_layer_s=small), [8192], [0]) - _step(
+        eager, [8192], [0])
+    assert 0.0 <= grown <= small + 1e-12
+
+
+def test_graph_steps_never_pay_it():
+    """A decode batch replays a full graph; under piecewise graphs a mixed step up to the
+    largest capture size replays the pieces around eager attention (whose dispatch the term
+    does not touch). Both keep their time exactly; beyond the capture sizes the step runs
+    eager, dispatch-bound at this size: each further second per layer costs ``layers``."""
+    full = CostOracle("llama-3.1-8b", "h100")
+    assert _step(full.with_runtime(eager_dispatch_layer_s=EXTRA), [1] * 8, [500] * 8) == \
+        _step(full, [1] * 8, [500] * 8)
+    piecewise = CostOracle("llama-3.1-8b", "h100", piecewise_cuda_graph=True, max_num_seqs=4)
+    slow, slower = (piecewise.with_runtime(eager_dispatch_layer_s=x) for x in (EXTRA, 2 * EXTRA))
+    assert _step(slow, [5, 1], [0, 300]) == _step(piecewise, [5, 1], [0, 300])  # 6 <= 8
+    grown = _step(slower, [60, 1], [0, 300]) - _step(slow, [60, 1], [0, 300])  # 61 > 8
+    assert grown == pytest.approx(LAYERS * EXTRA, rel=1e-9)
+
+
+def test_the_engine_profile_sets_it_and_the_fitting_path_switches_it(tmp_path):
+    prof = load_runtime_profile("vllm").model_dump(mode="json")
+    prof["terms"] = {"eager_dispatch_layer_s": 2e-4}
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(prof))
+    resolved = resolve({"pools": [{"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100",
+                                   "engine": "vllm", "engine_version": "0.11.0",
+                                   "runtime_profile": str(path)}]})
+    oracle = resolved.pools[0].instance.oracle
+    base = CostOracle("llama-3.1-8b", "h100").mods[MOD_FFN, K.M_DISPATCH]
+    assert oracle.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(base + 2e-4)
+    unfitted = with_terms(resolved, RuntimeTerms()).pools[0]
+    assert unfitted.cost.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(base)
