@@ -28,7 +28,8 @@ Approximated: the scripts as they stand at that commit (the rows span November 2
 scripts, :func:`_dsr1_trtllm_2025`), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
 rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llama_trtllm`);
 TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
-its ``max_batch_size``); not modelled: the SGLang CUDA-graph batch limits and speculative
+its ``max_batch_size``), vLLM's as ``--max-cudagraph-capture-size 2048`` does where a script
+passes it (:data:`_VLLM_GRAPHS_2048`); not modelled: the SGLang CUDA-graph batch limits and speculative
 decoding (the MTP variants are separate scripts; the rows do not say which ran, but the
 image, sweep or layout InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 /
 GB300 (multi-node launches) have no recipe here.
@@ -39,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from serveplan.estimator.oracle import trtllm_cuda_graph_sizes
+from serveplan.estimator.oracle import cuda_graph_sizes, trtllm_cuda_graph_sizes
 
 __all__ = ["AUTO_KV", "MTP_IMAGES", "MTP_SWEEPS", "NODE_GPUS", "RECIPES", "Recipe", "layout",
            "model_family", "mtp_depth", "prompts_per_client", "recipe_for", "recipe_knobs"]
@@ -112,6 +113,9 @@ def _trt_adp(r, **config) -> dict:
 
 
 _AR_FUSION = dict(allreduce_fusion=True)  # --enable-flashinfer-allreduce-fusion
+_VLLM_GRAPHS_2048 = dict(cuda_graph_sizes=[int(s) for s in cuda_graph_sizes(max_size=2048)])
+"""``--max-cudagraph-capture-size 2048``: vLLM's capture sizes up to 2,048 tokens (mixed
+steps up to that size replay piecewise graphs)."""
 
 
 def _dsr1_fp8_sglang(r) -> dict:
@@ -196,9 +200,11 @@ vLLM 0.11.2 image); before it the script set no KV dtype: the checkpoint's bf16.
 
 
 def _gptoss_vllm(r) -> dict:
-    """gptoss_fp4_b200.sh: 512 running, 8,192-token budget, 0.9 of memory; the KV cache the
+    """gptoss_fp4_b200.sh: 512 running, 8,192-token budget, 0.9 of memory, CUDA graphs up to
+    2,048 tokens; the KV cache the
     checkpoint's own for rows measured before :data:`GPTOSS_VLLM_FP8_KV_FROM`."""
-    knobs = dict(max_num_seqs=512, max_num_batched_tokens=8192, gpu_memory_utilization=0.9)
+    knobs = dict(max_num_seqs=512, max_num_batched_tokens=8192, gpu_memory_utilization=0.9,
+                 **_VLLM_GRAPHS_2048)
     if _measured_before(r, GPTOSS_VLLM_FP8_KV_FROM):
         knobs["kv_dtype"] = AUTO_KV
     return knobs
@@ -223,12 +229,13 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=r.concurrency, gpu_memory_utilization=0.95)),
     Recipe("vllm", "kimik2.5", ("fp4",), _BB, _F + "kimik2.5_fp4_b200.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=2 * r.isl,
-                          gpu_memory_utilization=0.9)),
+                          gpu_memory_utilization=0.9, **_VLLM_GRAPHS_2048)),
     Recipe("vllm", "minimaxm2.5", ("fp8",), _BB, _F + "minimaxm2.5_fp8_b200.sh",
            lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9,
-                          block_size=32)),
+                          block_size=32, **_VLLM_GRAPHS_2048)),
     Recipe("vllm", "minimaxm2.5", ("fp4",), _BB, _F + "minimaxm2.5_fp4_b200.sh",
-           lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9),
+           lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9,
+                          **_VLLM_GRAPHS_2048),
            attention_dp=True),
     Recipe("vllm", "minimaxm2.5", ("fp8",), ("h100",), _F + "minimaxm2.5_fp8_h100.sh",
            lambda r: dict(max_num_seqs=256, gpu_memory_utilization=0.9, kv_dtype=AUTO_KV)),

@@ -21,6 +21,12 @@ def _row(**kw) -> E2ERow:
     return E2ERow(**{**base, **kw})
 
 
+VLLM_GRAPHS_2048 = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 2049, 16))
+"""``--max-cudagraph-capture-size 2048``: vLLM's sizes 1, 2, 4, 8..248 step 8, then 256..2048
+step 16 (``VllmConfig._set_cudagraph_sizes``), instead of its default ceiling ``min(2 x
+max_num_seqs, 512)``."""
+
+
 def test_families_by_hf_id():
     assert model_family("deepseek-ai/DeepSeek-R1") == "dsr1"
     assert model_family("nvidia/DeepSeek-V3.1-NVFP4") == "dsr1"
@@ -31,11 +37,27 @@ def test_families_by_hf_id():
 
 def test_minimax_fp8_vllm_script():
     """minimaxm2.5_fp8_b200.sh: --max-num-batched-tokens $((ISL * 2)),
-    --gpu-memory-utilization 0.90, --block-size=32, --no-enable-prefix-caching, no
-    --max-num-seqs; max_model_len from the sweep, ISL + OSL + 256."""
+    --gpu-memory-utilization 0.90, --block-size=32, --max-cudagraph-capture-size 2048,
+    --no-enable-prefix-caching, no --max-num-seqs; max_model_len from the sweep, ISL + OSL +
+    256."""
     assert recipe_knobs(_row()) == {
         "enable_prefix_caching": False, "max_model_len": 8192 + 1024 + 256,
-        "max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.9, "block_size": 32}
+        "max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.9, "block_size": 32,
+        "cuda_graph_sizes": VLLM_GRAPHS_2048}
+    assert len(VLLM_GRAPHS_2048) == 3 + 31 + 113
+
+
+@pytest.mark.parametrize("model, precision, system", [
+    ("openai/gpt-oss-120b", "fp4", "b200_sxm"), ("moonshotai/Kimi-K2.5", "fp4", "b200_sxm"),
+    ("moonshotai/Kimi-K2.5", "fp4", "b300_sxm"), ("MiniMaxAI/MiniMax-M2.5", "fp4", "b300_sxm")])
+def test_vllm_scripts_that_capture_graphs_up_to_2048_tokens(model, precision, system):
+    """gptoss_fp4_b200.sh (``max-cudagraph-capture-size: 2048`` in its config), the Kimi-K2.5
+    and MiniMax-M2.5 fp4 scripts (``--max-cudagraph-capture-size 2048``; the B300 rows reuse
+    them); the Kimi int4 script passes no such flag, so vLLM's default stands there."""
+    row = _row(model=model, precision=precision, system=system, concurrency=4)
+    assert recipe_knobs(row)["cuda_graph_sizes"] == VLLM_GRAPHS_2048
+    int4 = _row(model="moonshotai/Kimi-K2.5", precision="int4", concurrency=4)
+    assert "cuda_graph_sizes" not in recipe_knobs(int4)
 
 
 @pytest.mark.parametrize("tp,conc,want", [
