@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from serveplan.e2e import with_terms
@@ -80,3 +81,36 @@ def test_the_engine_profile_sets_it_and_the_fitting_path_switches_it(tmp_path):
     assert oracle.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(base + 2e-4)
     unfitted = with_terms(resolved, RuntimeTerms()).pools[0]
     assert unfitted.cost.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(base)
+
+
+def test_calibrate_recovers_it_from_runs_generated_with_it(sim_compiled):
+    """``serveplan calibrate --runs``'s fit (simulator in the loop) finds the eager term of
+    runs made with it: one client decoding Llama-3.1-8B on H100 without graphs, where a
+    step is dispatch-bound once the term exceeds its GPU lead (the slope is 0 below that
+    and ``layers`` above it; the fit starts from 0)."""
+    from serveplan.estimator.runtime_fit import fit_terms
+    from serveplan.sim.loop_api import run_pools
+    from serveplan.sim.params import EngineParams
+    from serveplan.sim.pools import PoolSpec
+    from serveplan.sim.workload import Requests
+
+    eager = CostOracle("llama-3.1-8b", "h100", cuda_graph=False)
+
+    def predict(terms: RuntimeTerms) -> np.ndarray:
+        cost = eager.with_runtime(*terms.oracle_terms())
+        out = []
+        for prompt in (200, 2000):
+            req = Requests(arrival_s=np.full(3, np.nan), prompt_len=np.full(3, prompt),
+                           output_len=np.full(3, 20), concurrency=1)
+            pool = PoolSpec(EngineParams(num_gpu_blocks=4000, max_model_len=8192), cost)
+            r = run_pools(req, [pool]).reqs
+            out.append([np.median(r.t_first - r.arrival) * 1e3,
+                        np.median((r.t_finish - r.t_first) / 19) * 1e3])
+        return np.array(out)
+
+    measured = predict(RuntimeTerms(eager_dispatch_layer_s=5e-4))
+    fit = fit_terms(predict, measured, tp=np.array([1, 1]), names=("eager_dispatch_layer_s",),
+                    max_evals=40)
+    assert fit.fitted == ("eager_dispatch_layer_s",)
+    assert fit.terms.eager_dispatch_layer_s == pytest.approx(5e-4, rel=0.02)
+    assert np.median(fit.err_after) < 0.005 < np.median(fit.err_before)
