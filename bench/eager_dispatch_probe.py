@@ -1,10 +1,11 @@
 """What the eager dispatch term does to measured rows that differ in their CUDA graphs.
 
-InferenceX ran vLLM's Kimi-K2.5 fp4 rows on one image (v0.17.0) and layout twice: in
-March 2026 with ``kimik2.5_fp4_b200.sh``'s first flags (``--max-num-seqs $CONC``, so vLLM
-captures graphs up to ``2 x CONC`` tokens and a 1k-token prefill runs eager) and on
-2026-04-20 with ``--max-cudagraph-capture-size 2048`` (InferenceX PR 1047; such a prefill
-replays piecewise graphs). Measured, the 1k-prompt rows' TTFT differs by ~90 ms and the
+InferenceX ran vLLM's Kimi-K2.5 fp4 rows on one image (v0.17.0) and layout in March 2026
+and on 2026-04-20. ``kimik2.5_fp4_b200.sh`` first passed ``--max-num-seqs $CONC`` alone (vLLM
+then captures graphs up to ``2 x CONC`` tokens, and a 1k-token prefill runs eager); PR 1047
+added ``--max-cudagraph-capture-size 2048`` (such a prefill replays piecewise graphs). The
+changelog orders the PRs but dates none, so which runs had the flag is inferred, not
+recorded. Measured, the 1k-prompt rows' TTFT differs by ~90 ms between the dates and the
 8k-prompt rows' does not (an 8k prefill leaves the graphs either way). This probe simulates
 such rows, without fitted terms, both ways -- graphs up to 2,048 tokens as the recipe
 gives them, and vLLM's default ceiling as the March flags left it -- at a few values of
@@ -83,7 +84,7 @@ def main() -> None:
         "# Eager dispatch probe (vLLM, Kimi-K2.5 fp4 on B200)", "",
         "Simulated mean TTFT (ms) without fitted terms: CUDA graphs up to 2,048 tokens (the "
         "recipe's `--max-cudagraph-capture-size 2048`) or vLLM's default ceiling (`2 x "
-        "max_num_seqs`, as the March runs' flags left it), at `eager_dispatch_layer_s` per "
+        "max_num_seqs`, as the script's first flags left it), at `eager_dispatch_layer_s` per "
         "column. Command: `python bench/eager_dispatch_probe.py`.", "", *table, ""]))
     print(OUT.read_text())
 

@@ -29,10 +29,10 @@ scripts, :func:`_dsr1_trtllm_2025`), DeepSeek-V3 rows take DeepSeek-R1's recipe,
 rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llama_trtllm`);
 TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
 its ``max_batch_size``), vLLM's as ``--max-cudagraph-capture-size 2048`` does where a script
-passes it (:data:`_VLLM_GRAPHS_2048`); not modelled: the SGLang CUDA-graph batch limits and speculative
-decoding (the MTP variants are separate scripts; the rows do not say which ran, but the
-image, sweep or layout InferenceX ran only for them does: :func:`mtp_depth`). Rows on GB200 /
-GB300 (multi-node launches) have no recipe here.
+passes it (:data:`_VLLM_GRAPHS_2048`); not modelled: the SGLang CUDA-graph batch limits and
+speculative decoding (the MTP variants are separate scripts; the rows do not say which ran,
+but the image, sweep or layout InferenceX ran only for them does: :func:`mtp_depth`). Rows on
+GB200 / GB300 (multi-node launches) have no recipe here.
 """
 
 from __future__ import annotations
@@ -201,8 +201,8 @@ vLLM 0.11.2 image); before it the script set no KV dtype: the checkpoint's bf16.
 
 def _gptoss_vllm(r) -> dict:
     """gptoss_fp4_b200.sh: 512 running, 8,192-token budget, 0.9 of memory, CUDA graphs up to
-    2,048 tokens; the KV cache the
-    checkpoint's own for rows measured before :data:`GPTOSS_VLLM_FP8_KV_FROM`."""
+    2,048 tokens; the KV cache the checkpoint's own for rows measured before
+    :data:`GPTOSS_VLLM_FP8_KV_FROM`."""
     knobs = dict(max_num_seqs=512, max_num_batched_tokens=8192, gpu_memory_utilization=0.9,
                  **_VLLM_GRAPHS_2048)
     if _measured_before(r, GPTOSS_VLLM_FP8_KV_FROM):
