@@ -2,28 +2,21 @@
 (``RuntimeTerms.eager_dispatch_layer_s``): it joins the FFN module's dispatch, which the
 oracle overlaps with the GPU work (BestServe's Algorithm 1), so a dispatch-bound eager step
 pays it once per layer, a GPU-bound one hides it, and graph steps -- full or piecewise --
-never pay it."""
+never pay it. How the engine profile and the fitting path set it: ``test_step_overhead.py``,
+beside the step overhead, the oracle's other runtime term."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
-from serveplan.e2e import with_terms
 from serveplan.estimator.ops import MOD_FFN
 from serveplan.estimator.oracle import CostOracle
-from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
+from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.kernels import roofline as K
-from serveplan.resolution import resolve
 
 LAYERS = 32  # Llama-3.1-8B
 EXTRA = 1e-3  # s per layer: far above any per-layer GPU time of a one-token step
-
-
-def _step(oracle: CostOracle, q, c) -> float:
-    return oracle.step_time(q, c)
 
 
 def test_a_dispatch_bound_eager_step_pays_it_once_per_layer():
@@ -33,9 +26,9 @@ def test_a_dispatch_bound_eager_step_pays_it_once_per_layer():
     ``layers x extra``)."""
     eager = CostOracle("llama-3.1-8b", "h100", cuda_graph=False)
     slow, slower = (eager.with_runtime(eager_dispatch_layer_s=x) for x in (EXTRA, 2 * EXTRA))
-    assert _step(slower, [1], [100]) - _step(slow, [1], [100]) == pytest.approx(
+    assert slower.step_time([1], [100]) - slow.step_time([1], [100]) == pytest.approx(
         LAYERS * EXTRA, rel=1e-9)
-    assert 0.0 < _step(slow, [1], [100]) - _step(eager, [1], [100]) <= LAYERS * EXTRA
+    assert 0.0 < slow.step_time([1], [100]) - eager.step_time([1], [100]) <= LAYERS * EXTRA
     assert slow.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(
         eager.mods[MOD_FFN, K.M_DISPATCH] + EXTRA)
     assert eager.with_runtime() is eager  # no terms: itself
@@ -48,8 +41,8 @@ def test_a_gpu_bound_eager_step_hides_it_but_for_the_first_layers_wait():
     extra, not 32)."""
     eager = CostOracle("llama-3.1-8b", "h100", cuda_graph=False)
     small = 1e-4
-    grown = _step(eager.with_runtime(eager_dispatch_layer_s=small), [8192], [0]) - _step(
-        eager, [8192], [0])
+    slow = eager.with_runtime(eager_dispatch_layer_s=small)
+    grown = slow.step_time([8192], [0]) - eager.step_time([8192], [0])
     assert 0.0 <= grown <= small + 1e-12
 
 
@@ -59,28 +52,13 @@ def test_graph_steps_never_pay_it():
     does not touch). Both keep their time exactly; beyond the capture sizes the step runs
     eager, dispatch-bound at this size: each further second per layer costs ``layers``."""
     full = CostOracle("llama-3.1-8b", "h100")
-    assert _step(full.with_runtime(eager_dispatch_layer_s=EXTRA), [1] * 8, [500] * 8) == \
-        _step(full, [1] * 8, [500] * 8)
+    assert full.with_runtime(eager_dispatch_layer_s=EXTRA).step_time([1] * 8, [500] * 8) == \
+        full.step_time([1] * 8, [500] * 8)
     piecewise = CostOracle("llama-3.1-8b", "h100", piecewise_cuda_graph=True, max_num_seqs=4)
     slow, slower = (piecewise.with_runtime(eager_dispatch_layer_s=x) for x in (EXTRA, 2 * EXTRA))
-    assert _step(slow, [5, 1], [0, 300]) == _step(piecewise, [5, 1], [0, 300])  # 6 <= 8
-    grown = _step(slower, [60, 1], [0, 300]) - _step(slow, [60, 1], [0, 300])  # 61 > 8
+    assert slow.step_time([5, 1], [0, 300]) == piecewise.step_time([5, 1], [0, 300])  # 6 <= 8
+    grown = slower.step_time([60, 1], [0, 300]) - slow.step_time([60, 1], [0, 300])  # 61 > 8
     assert grown == pytest.approx(LAYERS * EXTRA, rel=1e-9)
-
-
-def test_the_engine_profile_sets_it_and_the_fitting_path_switches_it(tmp_path):
-    prof = load_runtime_profile("vllm").model_dump(mode="json")
-    prof["terms"] = {"eager_dispatch_layer_s": 2e-4}
-    path = tmp_path / "vllm.json"
-    path.write_text(json.dumps(prof))
-    resolved = resolve({"pools": [{"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100",
-                                   "engine": "vllm", "engine_version": "0.11.0",
-                                   "runtime_profile": str(path)}]})
-    oracle = resolved.pools[0].instance.oracle
-    base = CostOracle("llama-3.1-8b", "h100").mods[MOD_FFN, K.M_DISPATCH]
-    assert oracle.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(base + 2e-4)
-    unfitted = with_terms(resolved, RuntimeTerms()).pools[0]
-    assert unfitted.cost.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(base)
 
 
 def test_calibrate_recovers_it_from_runs_generated_with_it(sim_compiled):

@@ -1,6 +1,8 @@
 """An engine's GPU time per step outside the forward pass (``RuntimeTerms.step_overhead_s``):
 it replaces the GPU profile's ``step_overhead_s`` in every step the engine's pools run, and
-the fitting path (``serveplan.e2e.with_terms``) switches it both ways."""
+the fitting path (``serveplan.e2e.with_terms``) switches it both ways -- as it does the
+oracle's other runtime term, the eager dispatch (``eager_dispatch_layer_s``, priced in
+``test_eager_dispatch.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 from serveplan.e2e import with_terms
+from serveplan.estimator.ops import MOD_FFN
 from serveplan.estimator.oracle import CostOracle
 from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
 from serveplan.kernels import roofline as K
@@ -57,6 +60,16 @@ def test_the_engine_profile_sets_it_and_the_fitting_path_switches_it(tmp_path):
     assert unfitted.cost.prm[K.P_STEP_OVERHEAD] == PROFILE_S
     refit = with_terms(resolved, RuntimeTerms(step_overhead_s=1e-3)).pools[0]
     assert refit.cost.prm[K.P_STEP_OVERHEAD] == 1e-3
+
+
+def test_the_engine_profile_sets_the_eager_dispatch_and_the_fitting_path_switches_it(tmp_path):
+    """``eager_dispatch_layer_s`` joins the FFN module's dispatch of the pool's oracle."""
+    resolved = resolve(_pools(_profile(tmp_path, eager_dispatch_layer_s=2e-4)))
+    base = CostOracle("llama-3.1-8b", "h100").mods[MOD_FFN, K.M_DISPATCH]
+    assert resolved.pools[0].instance.oracle.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(
+        base + 2e-4)
+    unfitted = with_terms(resolved, RuntimeTerms()).pools[0]
+    assert unfitted.cost.mods[MOD_FFN, K.M_DISPATCH] == pytest.approx(base)
 
 
 def test_a_lone_requests_decode_steps_each_take_the_difference(tmp_path):
