@@ -3,12 +3,12 @@
 InferenceX ran vLLM's Kimi-K2.5 fp4 rows on one image (v0.17.0) and layout in March 2026
 and on 2026-04-20. ``kimik2.5_fp4_b200.sh`` first passed ``--max-num-seqs $CONC`` alone (vLLM
 then captures graphs up to ``2 x CONC`` tokens, and a 1k-token prefill runs eager); PR 1047
-added ``--max-cudagraph-capture-size 2048`` (such a prefill replays piecewise graphs). The
-changelog orders the PRs but dates none, so which runs had the flag is inferred, not
-recorded. Measured, the 1k-prompt rows' TTFT differs by ~90 ms between the dates and the
-8k-prompt rows' does not (an 8k prefill leaves the graphs either way). This probe simulates
-such rows, without fitted terms, both ways -- graphs up to 2,048 tokens as the recipe
-gives them, and vLLM's default ceiling as the March flags left it -- at a few values of
+added ``--max-cudagraph-capture-size 2048`` (such a prefill replays piecewise graphs) in
+between (``serveplan.e2e_recipes.KIMI_VLLM_FP4_TUNED_FROM`` says how that is dated).
+Measured, the 1k-prompt rows' TTFT differs by ~90 ms between the dates and the 8k-prompt
+rows' does not (an 8k prefill leaves the graphs either way). This probe simulates such
+rows, without fitted terms, both ways -- each row's recipe with graphs up to 2,048 tokens,
+and with vLLM's default ceiling as the March flags left it -- at a few values of
 ``RuntimeTerms.eager_dispatch_layer_s``, next to the measured TTFT.
 
 It fits nothing and changes no shipped term: it shows the mechanism the term models and
@@ -39,13 +39,15 @@ ROWS = ("2026_04_06_kimi_k2_5_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp8_ep1_1297",
 TERMS_MS = (0.0, 1.0, 1.5)  # eager_dispatch_layer_s, ms per layer
 
 
-def _without_graph_flag(row):
-    """``row``'s recipe as it ran before ``--max-cudagraph-capture-size``: vLLM's default
-    capture sizes (the recipe without its ``cuda_graph_sizes``)."""
+def _with_graphs(row, graphs: bool):
+    """``row``'s recipe (its dated state, :mod:`serveplan.e2e_recipes`) with CUDA graphs up
+    to 2,048 tokens (``graphs``) or vLLM's default capture sizes (without
+    ``cuda_graph_sizes``), its other flags as they are."""
     recipe = e2e_recipes.recipe_for(row)
     knobs = recipe.knobs
-    return replace(recipe, knobs=lambda r: {k: v for k, v in knobs(r).items()
-                                            if k != "cuda_graph_sizes"})
+    graph_sizes = e2e_recipes._VLLM_GRAPHS_2048 if graphs else {}
+    return replace(recipe, knobs=lambda r: {**{k: v for k, v in knobs(r).items()
+                                               if k != "cuda_graph_sizes"}, **graph_sizes})
 
 
 def _ttfts(row, data: Path) -> list[float]:
@@ -62,14 +64,15 @@ def probe(data: Path) -> list[str]:
     recipes = e2e_recipes.RECIPES
     for rid in ROWS:
         row = rows[rid]
-        graphs = _ttfts(row, data)
-        ran, old = e2e_recipes.recipe_for(row), _without_graph_flag(row)
-        e2e_recipes.RECIPES = tuple(old if rc is ran else rc for rc in recipes)
-        try:
-            default = _ttfts(row, data)
-        finally:
-            e2e_recipes.RECIPES = recipes
-        cells = " | ".join(f"{t:.0f}" for t in graphs + default)
+        ran, ttfts = e2e_recipes.recipe_for(row), []
+        for graphs in (True, False):
+            probed = _with_graphs(row, graphs)
+            e2e_recipes.RECIPES = tuple(probed if rc is ran else rc for rc in recipes)
+            try:
+                ttfts += _ttfts(row, data)
+            finally:
+                e2e_recipes.RECIPES = recipes
+        cells = " | ".join(f"{t:.0f}" for t in ttfts)
         lines.append(f"| `{rid}` | {row.measured} | {row.tp} | {row.isl} | "
                      f"{row.concurrency} | {row.ttft_ms:.0f} | {cells} |")
     return lines
@@ -82,10 +85,11 @@ def main() -> None:
     table = probe(args.data)
     OUT.write_text("\n".join([
         "# Eager dispatch probe (vLLM, Kimi-K2.5 fp4 on B200)", "",
-        "Simulated mean TTFT (ms) without fitted terms: CUDA graphs up to 2,048 tokens (the "
-        "recipe's `--max-cudagraph-capture-size 2048`) or vLLM's default ceiling (`2 x "
-        "max_num_seqs`, as the script's first flags left it), at `eager_dispatch_layer_s` per "
-        "column. Command: `python bench/eager_dispatch_probe.py`.", "", *table, ""]))
+        "Simulated mean TTFT (ms) without fitted terms, each row with its dated recipe's "
+        "other flags: CUDA graphs up to 2,048 tokens (`--max-cudagraph-capture-size 2048`) "
+        "or vLLM's default ceiling (`2 x max_num_seqs`, as the script's first flags left it), "
+        "at `eager_dispatch_layer_s` per column. Command: "
+        "`python bench/eager_dispatch_probe.py`.", "", *table, ""]))
     print(OUT.read_text())
 
 

@@ -25,7 +25,9 @@ asks for fp8 KV; several Hopper scripts pass no KV dtype (vLLM, SGLang) or ``dty
 
 Approximated: the scripts as they stand at that commit (the rows span November 2025 to April
 2026; flags changed in between; the TensorRT-LLM DeepSeek rows of 2025 take that year's
-scripts, :func:`_dsr1_trtllm_2025`), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
+scripts, :func:`_dsr1_trtllm_2025`, vLLM's Kimi-K2.5 fp4 rows of March 2026 and on B300 PR
+862's flags, :func:`_kimi_fp4_vllm_first`, its MiniMax-M2.5 fp8 rows on v0.17.0 PR 757's,
+:func:`_minimax_fp8_vllm_v017`), DeepSeek-V3 rows take DeepSeek-R1's recipe, Llama-3.1-70B
 rows the old ``70b_*_slurm.sh`` / ``_docker.sh`` flags (which copy: :func:`_llama_trtllm`);
 TensorRT-LLM's CUDA graphs as each script's ``cuda_graph_config`` sets them (padded, up to
 its ``max_batch_size``), vLLM's as ``--max-cudagraph-capture-size 2048`` does where a script
@@ -77,6 +79,7 @@ class Recipe:
     knobs: Knobs
     always_ep: bool = False  # experts spread over every rank whatever EP_SIZE says
     attention_dp: bool = False  # the script has a DP_ATTENTION switch (else it ignores it)
+    ran: Callable[[object], bool] | None = None  # the rows this state of it served (None: all)
 
 
 def _recv(high: int, low: int, at: int = 16) -> Callable[[object], int]:
@@ -210,6 +213,38 @@ def _gptoss_vllm(r) -> dict:
     return knobs
 
 
+KIMI_VLLM_FP4_TUNED_FROM = "2026-04-20"
+"""The first measurement date of vLLM Kimi-K2.5 fp4 rows on B200 with InferenceX PR 1047's
+flags (``--kv-cache-dtype fp8 --max-cudagraph-capture-size 2048 --max-num-batched-tokens
+$((ISL * 2)) --stream-interval 20``). The PR was opened after PR 947 (2026-03-26) and had
+merged by 2026-04-21 (PR 1107's diff carries its changelog entry); the rows are dated
+2026-03-11, 03-27 and 04-20, so those of March ran PR 862's flags. That the 04-20 runs had
+the new ones is inferred from that window, not recorded."""
+
+
+def _kimi_fp4_vllm_first(r) -> dict:
+    """kimik2.5_fp4_b{2,3}00.sh as PR 862 wrote them (the B300 script, which says it reuses
+    the B200 recipe as is, kept them at 8eec0d4; PR 1698 of June 2026 added the rest):
+    ``--max-num-seqs $CONC``, 0.9 of memory, no KV dtype (the checkpoint's own, fp8 for
+    NVFP4), no token budget or capture size (vLLM's defaults)."""
+    return dict(max_num_seqs=r.concurrency, gpu_memory_utilization=0.9, kv_dtype=AUTO_KV)
+
+
+def _minimax_fp8_vllm_v017(r) -> dict:
+    """minimaxm2.5_fp8_b200.sh before InferenceX PR 947, which moved its image from v0.17.0
+    to v0.19.0 and added the KV dtype, capture size and token budget in the same change
+    (PR 757's script): 0.95 of memory, ``--block-size=32``, no KV dtype (the checkpoint's
+    bf16), vLLM's default budget and capture sizes; ``--enable-expert-parallel`` whenever
+    ``EP_SIZE -ge 1`` (PR 947 made it ``-gt 1``). Not modelled: its
+    ``VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0``, which put the fp8 MoE on
+    other kernels than the image's defaults."""
+    return dict(gpu_memory_utilization=0.95, block_size=32, kv_dtype=AUTO_KV)
+
+
+def _ran_v017(r) -> bool:
+    return r.version == "0.17.0"
+
+
 _F = "benchmarks/single_node/fixed_seq_len/"
 _B, _BB = ("b200",), ("b200", "b300")
 RECIPES: tuple[Recipe, ...] = (
@@ -227,9 +262,15 @@ RECIPES: tuple[Recipe, ...] = (
            lambda r: dict(max_num_seqs=r.concurrency, gpu_memory_utilization=0.95)),
     Recipe("vllm", "kimik2.5", ("int4",), ("h200",), _F + "kimik2.5_int4_h200.sh",
            lambda r: dict(max_num_seqs=r.concurrency, gpu_memory_utilization=0.95)),
-    Recipe("vllm", "kimik2.5", ("fp4",), _BB, _F + "kimik2.5_fp4_b200.sh",
+    Recipe("vllm", "kimik2.5", ("fp4",), _B, _F + "kimik2.5_fp4_b200.sh", _kimi_fp4_vllm_first,
+           ran=lambda r: _measured_before(r, KIMI_VLLM_FP4_TUNED_FROM)),
+    Recipe("vllm", "kimik2.5", ("fp4",), _B, _F + "kimik2.5_fp4_b200.sh",
            lambda r: dict(max_num_seqs=r.concurrency, max_num_batched_tokens=2 * r.isl,
                           gpu_memory_utilization=0.9, **_VLLM_GRAPHS_2048)),
+    Recipe("vllm", "kimik2.5", ("fp4",), ("b300",), _F + "kimik2.5_fp4_b300.sh",
+           _kimi_fp4_vllm_first),
+    Recipe("vllm", "minimaxm2.5", ("fp8",), _B, _F + "minimaxm2.5_fp8_b200.sh",
+           _minimax_fp8_vllm_v017, always_ep=True, ran=_ran_v017),
     Recipe("vllm", "minimaxm2.5", ("fp8",), _BB, _F + "minimaxm2.5_fp8_b200.sh",
            lambda r: dict(max_num_batched_tokens=2 * r.isl, gpu_memory_utilization=0.9,
                           block_size=32, **_VLLM_GRAPHS_2048)),
@@ -316,7 +357,8 @@ def recipe_for(row) -> Recipe | None:
     """The launch script that served ``row`` (an agg row of InferenceX's exports), or None."""
     family, gpu = model_family(row.model), row.system.removesuffix("_sxm")
     return next((rc for rc in RECIPES if rc.engine == row.engine and rc.family == family
-                 and row.precision in rc.precisions and gpu in rc.gpus), None)
+                 and row.precision in rc.precisions and gpu in rc.gpus
+                 and (rc.ran is None or rc.ran(row))), None)
 
 
 def recipe_knobs(row) -> dict | None:

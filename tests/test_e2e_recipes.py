@@ -49,15 +49,58 @@ def test_minimax_fp8_vllm_script():
 
 @pytest.mark.parametrize("model, precision, system", [
     ("openai/gpt-oss-120b", "fp4", "b200_sxm"), ("moonshotai/Kimi-K2.5", "fp4", "b200_sxm"),
-    ("moonshotai/Kimi-K2.5", "fp4", "b300_sxm"), ("MiniMaxAI/MiniMax-M2.5", "fp4", "b300_sxm")])
+    ("MiniMaxAI/MiniMax-M2.5", "fp4", "b300_sxm")])
 def test_vllm_scripts_that_capture_graphs_up_to_2048_tokens(model, precision, system):
     """gptoss_fp4_b200.sh (``max-cudagraph-capture-size: 2048`` in its config), the Kimi-K2.5
-    and MiniMax-M2.5 fp4 scripts (``--max-cudagraph-capture-size 2048``; the B300 rows reuse
-    them); the Kimi int4 script passes no such flag, so vLLM's default stands there."""
+    and MiniMax-M2.5 fp4 scripts (``--max-cudagraph-capture-size 2048``; the MiniMax B300
+    rows reuse them); the Kimi int4 script passes no such flag, so vLLM's default stands
+    there."""
     row = _row(model=model, precision=precision, system=system, concurrency=4)
     assert recipe_knobs(row)["cuda_graph_sizes"] == VLLM_GRAPHS_2048
     int4 = _row(model="moonshotai/Kimi-K2.5", precision="int4", concurrency=4)
     assert "cuda_graph_sizes" not in recipe_knobs(int4)
+
+
+KIMI_PR862 = {"enable_prefix_caching": False, "max_model_len": 1024 + 1024 + 256,
+              "max_num_seqs": 16, "gpu_memory_utilization": 0.9, "kv_dtype": AUTO_KV}
+"""kimik2.5_fp4_b200.sh as PR 862 wrote it: ``--max-num-seqs $CONC
+--gpu-memory-utilization 0.90``, no KV dtype, token budget or capture size."""
+
+
+KIMI_PR1047 = {"enable_prefix_caching": False, "max_model_len": 1024 + 1024 + 256,
+               "max_num_seqs": 16, "max_num_batched_tokens": 2048,
+               "gpu_memory_utilization": 0.9, "cuda_graph_sizes": VLLM_GRAPHS_2048}
+"""The same script after PR 1047: ``--kv-cache-dtype fp8`` (the precision profile's KV),
+``--max-cudagraph-capture-size 2048 --max-num-batched-tokens $((ISL * 2))``."""
+
+
+@pytest.mark.parametrize("system, measured, want", [
+    ("b200_sxm", "2026-03-11", KIMI_PR862), ("b200_sxm", "2026-03-27", KIMI_PR862),
+    ("b200_sxm", "2026-04-20", KIMI_PR1047),
+    ("b300_sxm", "2026-04-03", KIMI_PR862), ("b300_sxm", "2026-04-20", KIMI_PR862)])
+def test_kimi_fp4_vllm_flags_by_date(system, measured, want):
+    """PR 1047 changed the B200 script between 2026-03-26 and 2026-04-21 (the rows: 03-11,
+    03-27, 04-20); kimik2.5_fp4_b300.sh kept PR 862's flags until PR 1698 (June 2026)."""
+    row = _row(model="moonshotai/Kimi-K2.5", precision="fp4", system=system, isl=1024,
+               concurrency=16, measured=measured)
+    assert recipe_knobs(row) == want
+
+
+def test_minimax_fp8_vllm_before_pr_947_by_its_image(aic):
+    """minimaxm2.5_fp8_b200.sh on the v0.17.0 image (PR 757's script): 0.95 of memory,
+    ``--block-size=32``, no KV dtype, budget or capture size, and ``--enable-expert-parallel``
+    at ``EP_SIZE -ge 1`` -- experts over the TP ranks even where the export records EP 1.
+    PR 947 moved the image to v0.19.0 with the flags of :func:`test_minimax_fp8_vllm_script`."""
+    old = _row(version="0.17.0", tp=2, ep=1, isl=1024)
+    assert recipe_knobs(old) == {"enable_prefix_caching": False, "max_model_len": 2304,
+                                 "gpu_memory_utilization": 0.95, "block_size": 32,
+                                 "kv_dtype": AUTO_KV}
+    from serveplan.e2e_recipes import layout
+
+    assert layout(old) == (2, 1, 2)
+    assert layout(_row(version="0.19.0", tp=2, ep=1)) == (2, 1, 1)
+    pool = deployment(old, aic)["pools"][0]
+    assert "kv_dtype" not in pool and pool["ep"] == 2  # the checkpoint's own KV: bf16
 
 
 @pytest.mark.parametrize("tp,conc,want", [
