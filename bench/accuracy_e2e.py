@@ -19,7 +19,6 @@ Usage: ``python bench/accuracy_e2e.py [--data DIR] [--jobs 2] [--write-profiles]
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
@@ -40,6 +39,7 @@ from accuracy_e2e_breakdown import (
     worse_models,
 )
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
+from accuracy_e2e_rowsfile import read_rows_csv, write_rows_csv
 from accuracy_e2e_selfcal import SELF_TERMS, self_calibrated
 from accuracy_e2e_selfcal import summary as selfcal_summary
 
@@ -53,6 +53,8 @@ from serveplan.e2e import (
 )
 from serveplan.e2e_fit import (
     E2E_FIT_TERMS,
+    EAGER_PROBE_S,
+    EAGER_TERM,
     EXPERT_TERM,
     STEP_OVERHEAD_TERM,
     RowShape,
@@ -70,6 +72,9 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
 PROFILES = HERE.parent / "estimator" / "data" / "runtime"
 RESIM_ROWS = 100  # training rows a fit's second step simulates again (time: one run each)
+EAGER_PROBE = "eager_probe"
+"""The rows file's columns of every row simulated with only the eager term, at
+:data:`~serveplan.e2e_fit.EAGER_PROBE_S`: with setting (b), that term's secant slopes."""
 
 
 def sim_key(row):
@@ -384,41 +389,6 @@ def _command(args) -> str:
             + (f" --out {args.out}" if args.out != "accuracy_e2e" else ""))
 
 
-ROW_FIELDS = ("id", "engine", "model", "system", "mode", "isl", "osl", "concurrency", "tp")
-
-
-def write_rows_csv(path: Path, rows, meas, preds: dict) -> None:
-    """Every expressible row: its identity, measured and predicted means (ms, ten significant
-    digits, so that a `--report-only` rebuild reproduces the run's figures)."""
-    with path.open("w", newline="") as fh:
-        out = csv.writer(fh)
-        out.writerow([*ROW_FIELDS, "ttft_ms", "tpot_ms",
-                      *(f"{name}_{m}" for name in preds for m in ("ttft_ms", "tpot_ms"))])
-        for k, r in enumerate(rows):
-            out.writerow([getattr(r, f) for f in ROW_FIELDS]
-                         + [f"{v:.10g}" for v in meas[k]]
-                         + [f"{v:.10g}" for p in preds.values() for v in p[k]])
-
-
-def read_rows_csv(path: Path, rows, names, optional=()) -> dict:
-    """The predictions ``names`` of a previous run's rows file for ``rows`` (``--reuse``),
-    which the file must hold in the same order; rows of the file that ``rows`` lacks (since
-    found not expressible) are left out, and said so. Those of ``optional`` too, where the
-    file has them."""
-    with path.open(newline="") as fh:
-        table = list(csv.DictReader(fh))
-    wanted = {r.id for r in rows}
-    kept = [t for t in table if t["id"] in wanted]
-    if [t["id"] for t in kept] != [r.id for r in rows]:
-        raise SystemExit(f"{path}: not the rows of this data (run without --reuse)")
-    if len(kept) < len(table):
-        print(f"{path.name}: {len(table) - len(kept)} rows of the previous run are no longer "
-              "expressible; left out")
-    names = [*names, *(n for n in optional if kept and f"{n}_ttft_ms" in kept[0])]
-    return {n: np.array([[float(t[f"{n}_ttft_ms"]), float(t[f"{n}_tpot_ms"])] for t in kept])
-            for n in names}
-
-
 def _regex(text: str) -> re.Pattern:
     try:
         return re.compile(text)
@@ -457,20 +427,29 @@ def _parser() -> argparse.ArgumentParser:
 
 def _predict_settings(args, ok, resolved) -> dict:
     rows_csv = HERE / "results" / f"{args.out}_rows.csv"
+    eager = RuntimeTerms(eager_dispatch_layer_s=EAGER_PROBE_S)
     if args.reuse or args.report_only:
         names = ("gpu_only", "engine_unfitted") + (("engine_fitted_lomo", "as_shipped")
                                                      if args.report_only else ())
         preds = read_rows_csv(rows_csv, ok, names,  # a rebuild keeps setting (e) too
-                              optional=("self_calibrated",) if args.report_only else ())
+                              optional=("self_calibrated", EAGER_PROBE) if args.report_only
+                              else (EAGER_PROBE,))
         redo = [k for k, r in enumerate(ok) if args.resimulate and args.resimulate.search(r.id)]
         if redo:
             rows, res = [ok[k] for k in redo], [resolved[0][k] for k in redo]
             preds["gpu_only"][redo] = predict_all(rows, res, "gpu", args.jobs, args.data)
             preds["engine_unfitted"][redo] = predict_all(rows, res, RuntimeTerms(), args.jobs)
+            if EAGER_PROBE in preds:
+                preds[EAGER_PROBE][redo] = predict_all(rows, res, eager, args.jobs)
+        if EAGER_PROBE not in preds and not (args.no_fit or args.report_only):
+            preds[EAGER_PROBE] = predict_all(ok, resolved[0], eager, args.jobs)
         return preds
     resolved = resolved[0]
-    return {"gpu_only": predict_all(ok, resolved, "gpu", args.jobs, args.data),
-            "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.jobs)}
+    preds = {"gpu_only": predict_all(ok, resolved, "gpu", args.jobs, args.data),
+             "engine_unfitted": predict_all(ok, resolved, RuntimeTerms(), args.jobs)}
+    if not args.no_fit:
+        preds[EAGER_PROBE] = predict_all(ok, resolved, eager, args.jobs)
+    return preds
 
 
 def resolve_all(rows, data) -> tuple[list, list]:
@@ -482,18 +461,20 @@ def resolve_all(rows, data) -> tuple[list, list]:
     return [resolved_u[w] for w in which], [pre_u[w] for w in which]
 
 
-def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
-    """The leave-one-model-out fits (adding settings (c) and (d) to ``preds``); with
-    ``--report-only`` the earlier run's (``prev``: its report) fits and predictions."""
+def _fits(args, ok, preds, prev: dict | None, resolved, eager) -> tuple[list, dict]:
+    """The leave-one-model-out fits (adding settings (c) and (d) to ``preds``; ``eager``:
+    the rows' :data:`EAGER_PROBE` predictions); with ``--report-only`` the earlier run's
+    (``prev``: its report) fits and predictions."""
     if args.no_fit:
         return [], {}
     if prev is not None:
         return prev["folds"], prev["profiles"]
     resolved, prefill_s = resolved
-    layers = model_shapes(resolved)
     unfitted = preds["engine_unfitted"]
-    names = E2E_FIT_TERMS + (EXPERT_TERM, STEP_OVERHEAD_TERM)
-    optional = (EXPERT_TERM,) if args.fit_step_overhead else tuple(OPTIONAL_TERMS)
+    layers = model_shapes(resolved, unfitted, eager)
+    names = E2E_FIT_TERMS + (EXPERT_TERM, STEP_OVERHEAD_TERM, EAGER_TERM)
+    optional = ((EXPERT_TERM, EAGER_TERM) if args.fit_step_overhead
+                else tuple(OPTIONAL_TERMS))
     units = held_out_units([r.model for r in ok], args.data)
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
                                            args.jobs, names, args.resim_rows, optional,
@@ -506,10 +487,16 @@ def _fits(args, ok, preds, prev: dict | None, resolved) -> tuple[list, dict]:
     return folds, full
 
 
-def model_shapes(resolved) -> list[RowShape]:
-    """Each resolved deployment's model shape (its first pool's model)."""
+def model_shapes(resolved, unfitted=None, eager=None) -> list[RowShape]:
+    """Each resolved deployment's model shape (its first pool's model) and, given the
+    rows' unfitted and :data:`EAGER_PROBE` predictions, their eager-term secants (ms per
+    second of the term)."""
     models = [res.pools[0].instance.oracle.model for res in resolved]
-    return [RowShape(m.num_layers, m.expert_layers) for m in models]
+    if eager is None:
+        return [RowShape(m.num_layers, m.expert_layers) for m in models]
+    secant = (np.asarray(eager) - np.asarray(unfitted)) / EAGER_PROBE_S
+    return [RowShape(m.num_layers, m.expert_layers, (float(t), float(p)))
+            for m, (t, p) in zip(models, secant, strict=True)]
 
 
 def _self_calibration(args, ok, meas, preds, resolved, prev,
@@ -554,12 +541,14 @@ def main() -> None:
     resolved = None if args.report_only else resolve_all(ok, args.data)
     preds = _predict_settings(args, ok, resolved)
     earlier_calibrated = preds.pop("self_calibrated", None)  # setting (e), rebuilt below
+    eager = preds.pop(EAGER_PROBE, None)  # the eager term's slopes, not a setting
+    probe = {} if eager is None else {EAGER_PROBE: eager}
     results = HERE / "results"
     prev = (json.loads((results / f"{args.out}.json").read_text()) if args.report_only
             else None)  # the run whose predictions --report-only reports
     if not args.report_only:  # --reuse after a stop (a rebuild keeps every column it read)
-        write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, preds)
-    folds, full = _fits(args, ok, preds, prev, resolved)
+        write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, {**preds, **probe})
+    folds, full = _fits(args, ok, preds, prev, resolved, eager)
     calibration = _self_calibration(args, ok, meas, preds, resolved, prev, earlier_calibrated)
     stamp = time.strftime("%Y-%m-%d")
     if args.write_profiles:
@@ -584,7 +573,7 @@ def main() -> None:
         report.update(command=prev["command"].split(" (report rebuilt")[0]
                       + f" (report rebuilt: {report['command']})",
                       date=prev["date"], seconds=prev["seconds"])
-    columns = dict(preds)
+    columns = {**preds, **probe}
     if calibration is not None:
         columns["self_calibrated"], report["self_calibration"] = calibration
     (results / f"{args.out}.json").write_text(json.dumps(report, indent=1, default=float) + "\n")

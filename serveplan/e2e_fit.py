@@ -34,7 +34,12 @@ The terms :data:`E2E_FIT_TERMS` move them, to first order, by (per second of the
   handoff), nothing on agg rows; fitted only where the rows include disaggregated ones;
 * ``step_overhead_s`` -- the GPU time of every step outside the forward pass (it replaces
   the GPU profile's, from there: ``start``): TPOT by 1, TTFT by the steps before the first
-  token (``TTFT0 / TPOT0``). Not in :data:`E2E_FIT_TERMS` (:data:`STEP_OVERHEAD_TERM`).
+  token (``TTFT0 / TPOT0``). Not in :data:`E2E_FIT_TERMS` (:data:`STEP_OVERHEAD_TERM`);
+* ``eager_dispatch_layer_s`` -- no closed form: nothing until a step outside the CUDA
+  graphs has more dispatch than GPU work, then ``layers`` per such step. Its slopes are
+  simulated, a secant per row (:attr:`RowShape.eager`: the row simulated with the term at
+  :data:`EAGER_PROBE_S` and without, over that value); a row without them cannot fit it.
+  Not in :data:`E2E_FIT_TERMS` (:data:`EAGER_TERM`).
 
 :func:`fit_rows` solves for the terms with these slopes
 (:func:`~serveplan.estimator.runtime_fit.fit_first_order`) -- no simulation -- around the
@@ -75,6 +80,12 @@ E2E_FIT_TERMS = ("frontend_output_s", "frontend_prompt_token_s", "frontend_outpu
 """The terms fitted to the measured rows (module docstring)."""
 EXPERT_TERM = "prefill_step_expert_layer_s"
 """Offered to the term-set choice with and without the others (:mod:`serveplan.e2e_select`)."""
+EAGER_TERM = "eager_dispatch_layer_s"
+"""Offered to the term-set choice with and without, as :data:`EXPERT_TERM`; its slopes are
+simulated (:attr:`RowShape.eager`)."""
+EAGER_PROBE_S = 1e-3
+"""The value of :data:`EAGER_TERM` a row is simulated at for its secant: the size the
+measured Kimi-K2.5 rows put it at (``bench/results/eager_dispatch_probe.md``)."""
 STEP_OVERHEAD_TERM = "step_overhead_s"
 """Offered to the term-set choice with and without, as :data:`EXPERT_TERM`
 (``--fit-step-overhead`` forces it into every set). Forced on every engine (a run before
@@ -86,11 +97,14 @@ TPOT error (11.9 -> 9.8 %, its folds all at 0 ms),
 
 @dataclass(frozen=True)
 class RowShape:
-    """What the slopes need of a row's model: its layers and its MoE layers times routed
-    experts (0: dense). A bare layer count stands for a dense model's."""
+    """What the slopes need of a row: its model's layers and MoE layers times routed experts
+    (0: dense), and, where simulated, the ms of TTFT and TPOT per second of
+    :data:`EAGER_TERM` (None: not simulated). A bare layer count stands for a dense
+    model's."""
 
     layers: int
     expert_layers: int = 0
+    eager: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, shape: RowShape | int) -> RowShape:
@@ -163,9 +177,12 @@ def row_slopes(row: E2ERow, pred0: Sequence[float], layers: RowShape | int,
         "disagg_handoff_s": (float(row.mode != "agg"), 0.0),
         "step_overhead_s": (steps, 1.0),
     }
+    if shape.eager is not None:
+        slope[EAGER_TERM] = (shape.eager[0] * 1e-3, shape.eager[1] * 1e-3)  # ms/s -> s/s
     unknown = [n for n in names if n not in slope]
     if unknown:
-        raise ValueError(f"no first-order slope for {', '.join(unknown)}")
+        raise ValueError(f"no first-order slope for {', '.join(unknown)}"
+                         + (" (simulated: RowShape.eager)" if EAGER_TERM in unknown else ""))
     return 1e3 * np.array([slope[n] for n in names], dtype=float).T
 
 
@@ -220,6 +237,11 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShap
     names, skipped = identifiable(names, tp, np.array([r.mode != "agg" for r in rows]),
                                   np.array([RowShape.of(n).expert_layers for n in layers]))
     jac = _slopes(rows, pred0, layers, names, prefill_s)
+    still = [j for j, n in enumerate(names) if n == EAGER_TERM and not np.any(jac[:, :, j])]
+    if still:  # no row has an eager step whose dispatch outlasts its GPU work
+        skipped[EAGER_TERM] = "moves no row's simulated prediction"
+        names = [n for j, n in enumerate(names) if j not in still]
+        jac = np.delete(jac, still, axis=2)
     upper = np.array([TERM_SCALES[n][1] for n in names])
     x0 = np.array([_start(n, start) for n in names])
     x = fit_first_order(pred0, jac, meas, x0, upper)
@@ -232,5 +254,6 @@ def fit_rows(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[RowShap
                    "terms": terms.model_dump()}
 
 
-__all__ = ["E2E_FIT_TERMS", "EXPERT_TERM", "STEP_OVERHEAD_TERM", "RowShape", "first_order",
-           "fit_rows", "mean_lengths", "measured_means", "row_slopes"]
+__all__ = ["E2E_FIT_TERMS", "EAGER_PROBE_S", "EAGER_TERM", "EXPERT_TERM", "STEP_OVERHEAD_TERM",
+           "RowShape", "first_order", "fit_rows", "mean_lengths", "measured_means",
+           "row_slopes"]

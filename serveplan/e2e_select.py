@@ -24,6 +24,7 @@ import numpy as np
 from serveplan.e2e import E2ERow
 from serveplan.e2e_fit import (
     E2E_FIT_TERMS,
+    EAGER_TERM,
     EXPERT_TERM,
     STEP_OVERHEAD_TERM,
     RowShape,
@@ -36,7 +37,7 @@ LATENCY_TERMS = ("frontend_output_s", "disagg_handoff_s")
 """A constant latency on every token (and the disaggregated handoff): the fewest terms."""
 BASE_SETS = {"all": E2E_FIT_TERMS, "latency": LATENCY_TERMS}
 """The base candidates, the default first."""
-OPTIONAL_TERMS = {EXPERT_TERM: "experts", STEP_OVERHEAD_TERM: "step"}
+OPTIONAL_TERMS = {EXPERT_TERM: "experts", STEP_OVERHEAD_TERM: "step", EAGER_TERM: "eager"}
 """Terms offered to the choice with and without (each doubles the candidates), and the
 label a set with one gets (``latency+experts+step``)."""
 TIE = 1e-3

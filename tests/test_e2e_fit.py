@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from serveplan.e2e import E2ERow, Role
-from serveplan.e2e_fit import EXPERT_TERM, RowShape, fit_rows, row_slopes
+from serveplan.e2e_fit import EAGER_TERM, EXPERT_TERM, RowShape, fit_rows, row_slopes
 
 NAMES = ("frontend_output_s", "frontend_prompt_token_s", "frontend_output_per_token_s",
          "tp_sync_per_layer_s")
@@ -200,3 +200,40 @@ def test_expert_term_is_recovered_beside_a_latency_and_skipped_on_dense_rows():
                     "decode": Role(1, 64, 8, 1, 1, 1)}) for r in rows]
     _, summary = fit_rows(pd, np.array(pred0), shapes, names)  # MoE, but disaggregated only
     assert "colocated" in summary["skipped"][EXPERT_TERM]
+
+
+def test_eager_slopes_are_the_rows_simulated_secants():
+    """The eager term has no closed form: a row's slopes are its simulated secant (ms of
+    TTFT / TPOT per second of the term), taken as given; a row without one cannot fit it."""
+    s = row_slopes(_row(), (100.0, 10.0), RowShape(61, 0, (40e3, 2e3)), (EAGER_TERM,))
+    assert s[:, 0] == pytest.approx([40e3, 2e3])
+    with pytest.raises(ValueError, match="simulated"):
+        row_slopes(_row(), (100.0, 10.0), RowShape(61), (EAGER_TERM,))
+
+
+def test_eager_term_is_recovered_and_skipped_where_it_moves_no_row():
+    """Rows generated with a 20 ms latency and 0.8 ms per layer of eager dispatch, half of
+    them without an eager step that outlasts its GPU work (secant 0): both terms come
+    back. Where no row moves, the term is skipped, not fitted to 0."""
+    rng = np.random.default_rng(5)
+    rows, pred0, shapes = [], [], []
+    for k in range(30):
+        rows.append(_row(concurrency=int(rng.choice([4, 64])), batch_size=None))
+        pred0.append((float(rng.uniform(30, 900)), float(rng.uniform(5, 30))))
+        moved = k % 2 == 0
+        shapes.append(RowShape(61, 0, (float(rng.uniform(20e3, 60e3)) * moved,
+                                       float(rng.uniform(0, 3e3)) * moved)))
+    names = ("frontend_output_s", EAGER_TERM)
+    true = np.array([0.02, 8e-4])
+    truth = [np.array(p) + row_slopes(r, p, n, names) @ true
+             for r, p, n in zip(rows, pred0, shapes, strict=True)]
+    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
+            for r, t in zip(rows, truth, strict=True)]
+    terms, summary = fit_rows(rows, np.array(pred0), shapes, names)
+    assert [terms.frontend_output_s, terms.eager_dispatch_layer_s] == pytest.approx(
+        true, rel=1e-3)
+    assert summary["fitted"] == list(names)
+    still = [RowShape(61, 0, (0.0, 0.0))] * len(rows)
+    terms, summary = fit_rows(rows, np.array(pred0), still, names)
+    assert summary["fitted"] == ["frontend_output_s"]
+    assert "moves no row" in summary["skipped"][EAGER_TERM]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from serveplan.e2e import E2ERow
-from serveplan.e2e_fit import EXPERT_TERM, RowShape, first_order, row_slopes
+from serveplan.e2e_fit import EAGER_TERM, EXPERT_TERM, RowShape, first_order, row_slopes
 from serveplan.e2e_select import LATENCY_TERMS, TERM_SETS, select_terms, term_sets
 from serveplan.estimator.runtime import RuntimeTerms
 
@@ -84,6 +84,17 @@ def test_optional_terms_double_the_candidates():
     assert sets["latency+experts+step"] == LATENCY_TERMS + (EXPERT_TERM, "step_overhead_s")
     assert sets["latency+step"] == LATENCY_TERMS + ("step_overhead_s",)
     assert sets["all"] == TERM_SETS["all"]
+
+
+def test_the_eager_term_doubles_them_again():
+    """With the eager dispatch term among the names: 2 base sets x 2 x 2 x 2, the eager
+    term last where a set has it."""
+    sets = term_sets(TERM_SETS["all"] + (EXPERT_TERM, "step_overhead_s", EAGER_TERM))
+    assert len(sets) == 16
+    assert sets["latency+experts+step+eager"] == LATENCY_TERMS + (
+        EXPERT_TERM, "step_overhead_s", EAGER_TERM)
+    assert sets["all+eager"] == TERM_SETS["all"] + (EAGER_TERM,)
+    assert EAGER_TERM not in sets["all+experts+step"]
 
 
 def test_the_expert_term_is_offered_with_and_without_the_others():

@@ -132,3 +132,24 @@ def test_twins_are_held_out_together(accuracy_e2e, monkeypatch):
     assert [f["held_out"] for f in folds] == ["a + a2", "b", "c"]
     assert pred[:4, 0] == pytest.approx([120.0] * 4, rel=1e-3)
     assert fold_terms["vllm", "a2"].frontend_output_s == pytest.approx(0.020, rel=1e-3)
+
+
+def test_model_shapes_carry_each_rows_eager_secant(accuracy_e2e):
+    """A row simulated at 1 ms per layer of eager dispatch 40 ms / 2 ms slower than without
+    has a secant of 40 / 1e-3 = 40e3 ms of TTFT (2e3 of TPOT) per second of the term; a row
+    it does not move, 0; without the probe's predictions, none (the term cannot be fitted)."""
+    from types import SimpleNamespace
+
+    from serveplan.e2e_fit import EAGER_PROBE_S, RowShape
+
+    assert EAGER_PROBE_S == 1e-3
+    model = SimpleNamespace(num_layers=61, expert_layers=58 * 256)
+    res = SimpleNamespace(pools=[SimpleNamespace(instance=SimpleNamespace(
+        oracle=SimpleNamespace(model=model)))])
+    unfitted = np.array([[100.0, 10.0], [50.0, 5.0]])
+    probe = np.array([[140.0, 12.0], [50.0, 5.0]])
+    shapes = accuracy_e2e.model_shapes([res, res], unfitted, probe)
+    assert shapes[0].layers == 61 and shapes[0].expert_layers == 14848
+    assert shapes[0].eager == pytest.approx((40e3, 2e3))
+    assert shapes[1].eager == (0.0, 0.0)
+    assert accuracy_e2e.model_shapes([res], unfitted[:1]) == [RowShape(61, 14848)]
