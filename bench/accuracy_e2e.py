@@ -7,9 +7,11 @@ same closed-loop load is simulated three ways: (a) the GPU steps alone (no engin
 the other models of the same engine; checkpoints of one architecture are one model,
 :func:`serveplan.e2e_served.held_out_units`). The fits are first order in closed form
 (:mod:`serveplan.e2e_fit`), in two steps: from (b), then around those terms from a
-sample of the training rows simulated with them (:func:`fit_resimulated`); each held-out
-row is then simulated with its fold's terms. The shipped profile's terms are fitted on all
-rows of an engine that has rows of two or more models (``--write-profiles``).
+sample of the training rows simulated with them (:func:`fit_resimulated`); the eager
+dispatch term, which has no closed form, takes each row's secant from one more simulation
+with that term alone (:data:`EAGER_PROBE`); each held-out row is then simulated with its
+fold's terms. The shipped profile's terms are fitted on all rows of an engine that has
+rows of two or more models (``--write-profiles``).
 
 Writes ``bench/results/accuracy_e2e.md``, ``.json`` and ``_rows.csv`` (every row's
 measured and predicted means; ``--out NAME``: ``NAME.md`` ...).
