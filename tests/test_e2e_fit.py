@@ -20,6 +20,17 @@ def _row(**kw) -> E2ERow:
     return E2ERow(**{**base, **kw})
 
 
+def _measured_as(rows, pred0, shapes, names, true, prefill_s=None) -> list[E2ERow]:
+    """``rows`` measured as the first-order model says they move from ``pred0`` with the
+    terms ``names`` at ``true``."""
+    work = prefill_s or [None] * len(rows)
+    out = []
+    for r, p, n, w in zip(rows, pred0, shapes, work, strict=True):
+        ttft, tpot = np.array(p) + row_slopes(r, p, n, names, w) @ true
+        out.append(E2ERow(**{**vars(r), "ttft_ms": float(ttft), "tpot_ms": float(tpot)}))
+    return out
+
+
 def test_slopes_of_an_agg_row_by_hand():
     """64 clients on max_batch_size 16: 4 workers, 16 running each, so the first token's
     step holds 16 tokens. TTFT0 / TPOT0 = 100 / 10 = 10 steps of 80 layers at tp 4.
@@ -71,10 +82,7 @@ def test_terms_are_recovered_from_rows_generated_with_them():
         pred0.append(p0)
         layers.append(int(rng.choice([36, 61, 80])))
     true = np.array([0.04, 2e-5, 6e-4, 3e-5])
-    truth = [np.array(p) + row_slopes(r, p, n, NAMES) @ true
-             for r, p, n in zip(rows, pred0, layers, strict=True)]
-    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
-            for r, t in zip(rows, truth, strict=True)]
+    rows = _measured_as(rows, pred0, layers, NAMES, true)
     terms, summary = fit_rows(rows, np.array(pred0), layers, NAMES)
     got = [getattr(terms, n) for n in NAMES]
     assert got == pytest.approx(true, rel=1e-3)
@@ -118,10 +126,7 @@ def test_prefill_term_is_recovered():
         pre.append(float(rng.uniform(0.02, 0.3)))
     names = ("frontend_output_s", "prefill_token_layer_s")
     true = np.array([0.02, 3e-7])
-    truth = [np.array(p) + row_slopes(r, p, n, names, w) @ true
-             for r, p, n, w in zip(rows, pred0, layers, pre, strict=True)]
-    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
-            for r, t in zip(rows, truth, strict=True)]
+    rows = _measured_as(rows, pred0, layers, names, true, pre)
     terms, _ = fit_rows(rows, np.array(pred0), layers, names, prefill_s=pre)
     assert [terms.frontend_output_s, terms.prefill_token_layer_s] == pytest.approx(true, rel=1e-3)
 
@@ -187,10 +192,7 @@ def test_expert_term_is_recovered_beside_a_latency_and_skipped_on_dense_rows():
         shapes.append(RowShape(61, int(rng.choice([0, 58 * 256]))))
     names = ("frontend_output_s", EXPERT_TERM)
     true = np.array([0.02, 7e-6])
-    truth = [np.array(p) + row_slopes(r, p, n, names) @ true
-             for r, p, n in zip(rows, pred0, shapes, strict=True)]
-    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
-            for r, t in zip(rows, truth, strict=True)]
+    rows = _measured_as(rows, pred0, shapes, names, true)
     terms, _ = fit_rows(rows, np.array(pred0), shapes, names)
     assert [terms.frontend_output_s, terms.prefill_step_expert_layer_s] == pytest.approx(
         true, rel=1e-3)
@@ -225,10 +227,7 @@ def test_eager_term_is_recovered_and_skipped_where_it_moves_no_row():
                                        float(rng.uniform(0, 3e3)) * moved)))
     names = ("frontend_output_s", EAGER_TERM)
     true = np.array([0.02, 8e-4])
-    truth = [np.array(p) + row_slopes(r, p, n, names) @ true
-             for r, p, n in zip(rows, pred0, shapes, strict=True)]
-    rows = [E2ERow(**{**vars(r), "ttft_ms": t[0], "tpot_ms": t[1]})
-            for r, t in zip(rows, truth, strict=True)]
+    rows = _measured_as(rows, pred0, shapes, names, true)
     terms, summary = fit_rows(rows, np.array(pred0), shapes, names)
     assert [terms.frontend_output_s, terms.eager_dispatch_layer_s] == pytest.approx(
         true, rel=1e-3)
