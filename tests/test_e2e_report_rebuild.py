@@ -47,8 +47,9 @@ def test_report_only_keeps_setting_e(accuracy_e2e, small_data, tmp_path, monkeyp
     calibrated[:3] = np.nan  # the light rows: fitted on, not predicted
     preds = {n: meas * (1 + 0.1 * i) for i, n in enumerate(
         ("gpu_only", "engine_unfitted", "engine_fitted_lomo", "as_shipped"))}
+    probe = meas * 1.2  # the eager term's secant runs (--eager-term): kept too
     accuracy_e2e.write_rows_csv(results / "accuracy_e2e_rows.csv", ok, meas,
-                                {**preds, "self_calibrated": calibrated})
+                                {**preds, "self_calibrated": calibrated, "eager_probe": probe})
     section = {"light_clients": 8, "min_light_rows": 3, "terms": ["frontend_output_s"],
                "fits": [], "by_engine": [{"engine": "all", "rows": 3, "deployments": 1,
                                           "c": None, "e": {"ttft_med_abs": 0.1,
@@ -61,9 +62,10 @@ def test_report_only_keeps_setting_e(accuracy_e2e, small_data, tmp_path, monkeyp
     monkeypatch.setattr(sys, "argv", ["accuracy_e2e.py", "--report-only", "--data", str(data)])
     accuracy_e2e.main()
     kept = accuracy_e2e.read_rows_csv(results / "accuracy_e2e_rows.csv", ok,
-                                      ("self_calibrated",))["self_calibrated"]
+                                      ("self_calibrated", "eager_probe"))
     # ten significant digits: a rebuild's medians are the run's, not 4-digit roundings
-    np.testing.assert_allclose(kept, calibrated, rtol=1e-9)
+    np.testing.assert_allclose(kept["self_calibrated"], calibrated, rtol=1e-9)
+    np.testing.assert_allclose(kept["eager_probe"], probe, rtol=1e-9)
     assert json.loads((results / "accuracy_e2e.json").read_text())["self_calibration"] == section
     assert "| all | 1 | 3 | (e) own light runs | 10.0 | +10.0 | 10.0 | +10.0 |" in (
         results / "accuracy_e2e.md").read_text()
