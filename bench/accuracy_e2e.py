@@ -423,7 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--eager-term", action="store_true",
                     help="offer the eager dispatch term to each fit's choice (one more "
                          "simulation of every row for its slopes). Offered, vLLM's folds "
-                         "took it and Llama-3.1-70B's held-out TTFT error went 8.9 -> 24.0 "
+                         "took it and Llama-3.1-70B's held-out TTFT error went 9.1 -> 24.0 "
                          "%%: one cost per layer does not carry from MoE models to a dense one")
     ap.add_argument("--resim-rows", type=int, default=RESIM_ROWS, metavar="N",
                     help="training rows (about N, spread over the models) each fit simulates "
