@@ -35,7 +35,8 @@ from accuracy_e2e_breakdown import (
     group_table,
     light_load_gaps,
     med_abs,
-    rel_err,
+    overall,
+    overall_distinct,
     repeat_spread,
     verdict,
     worse_models,
@@ -576,9 +577,8 @@ def main() -> None:
         "best_pd_split": best_layout(ok, preds, "disagg", pd_layout), "folds": folds,
         "profiles": {e: {k: (v.model_dump() if isinstance(v, RuntimeTerms) else v)
                          for k, v in info.items()} for e, info in full.items()},
-        "overall": {name: {"ttft_med_abs": float(np.nanmedian(np.abs(rel_err(p, meas)[:, 0]))),
-                           "tpot_med_abs": float(np.nanmedian(np.abs(rel_err(p, meas)[:, 1])))}
-                    for name, p in preds.items()},
+        "overall": overall(preds, meas),
+        "overall_distinct": overall_distinct(ok, preds, meas),
     }
     if prev is not None:  # the predictions are the earlier run's: so is its provenance
         report.update(command=prev["command"].split(" (report rebuilt")[0]

@@ -31,6 +31,40 @@ def med_abs(pred, meas) -> np.ndarray:
     return np.median(np.abs(rel_err(pred, meas)), axis=0)
 
 
+def overall(preds: dict, meas: np.ndarray, keep: np.ndarray | None = None) -> dict:
+    """Median |error| of TTFT and TPOT per setting, over the rows ``keep`` selects (all by
+    default); a row a setting could not predict (NaN) is left out of that setting's."""
+    sel = slice(None) if keep is None else keep
+    out = {}
+    for name, p in preds.items():
+        err = np.abs(rel_err(p[sel], meas[sel]))
+        out[name] = {"ttft_med_abs": float(np.nanmedian(err[:, 0])),
+                     "tpot_med_abs": float(np.nanmedian(err[:, 1]))}
+    return out
+
+
+def distinct_measurements(rows, meas: np.ndarray) -> np.ndarray:
+    """Which rows are the first of their measurement. Rows of one engine, system, load
+    (isl, osl, clients) with the same measured TTFT and TPOT, to the last digit, are one run
+    exported more than once -- some copies under another checkpoint's name (DeepSeek-R1 /
+    V3) or another recorded layout (tp 16 beside tp 4 on one 8-GPU node) -- and only the
+    first counts."""
+    seen, keep = set(), np.zeros(len(rows), dtype=bool)
+    for i, r in enumerate(rows):
+        ident = (r.engine, r.system, r.isl, r.osl, r.concurrency, float(meas[i, 0]),
+                 float(meas[i, 1]))
+        keep[i] = ident not in seen
+        seen.add(ident)
+    return keep
+
+
+def overall_distinct(rows, preds: dict, meas: np.ndarray) -> dict:
+    """:func:`overall` with each measurement counted once (:func:`distinct_measurements`),
+    and how many rows that leaves."""
+    keep = distinct_measurements(rows, meas)
+    return {"rows": int(keep.sum()), "settings": overall(preds, meas, keep)}
+
+
 def verdict(before, after) -> str:
     """Median |errors| before -> after, for a fit's summary."""
     return (f"median abs TTFT/TPOT {100 * before[0]:.1f}/{100 * before[1]:.1f} % unfitted -> "

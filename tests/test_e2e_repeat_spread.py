@@ -1,10 +1,13 @@
 """The report's floor from repeated measurements (``repeat_spread`` in
-``bench/accuracy_e2e_breakdown.py``, keyed by ``accuracy_e2e.sim_key``), worked by hand."""
+``bench/accuracy_e2e_breakdown.py``, keyed by ``accuracy_e2e.sim_key``) and its overall
+figures with each run counted once (``overall_distinct``), worked by hand."""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from serveplan.e2e import E2ERow
@@ -49,3 +52,23 @@ def test_undated_rows_count_once_per_distinct_value(spread):
     assert s["measurements"] == 2
     assert s["ttft_median"] == pytest.approx((1 / 3 + 0.5) / 2)
     assert spread(rows[:2]) == {"measurements": 0}
+
+
+def test_copies_of_one_run_count_once_in_the_overall_figure(accuracy_e2e):
+    """Rows 0 and 1 are one run exported twice, once under another model name and recorded
+    tp (same engine, system, load, and TTFT / TPOT to the last digit); row 2 is another run
+    of that load (101 ms), row 3 the same values at another load. Each run once keeps rows
+    0, 2 and 3. Predicted TTFT 110, 200, 101, 150 ms: errors 0.1, 1.0, 0, 0.5, median over
+    the rows 0.3, over the runs median(0.1, 0, 0.5) = 0.1 (the copy's 200 ms not counted);
+    TPOT errors 0, 0, 0, 0.2: median over the runs 0."""
+    breakdown = importlib.import_module("accuracy_e2e_breakdown")
+    rows = [_row(0, 100, 10, ""), replace(_row(1, 100, 10, ""), model="m2", tp=2),
+            _row(2, 101, 10, ""), _row(3, 100, 10, "", concurrency=16)]
+    meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
+    assert breakdown.distinct_measurements(rows, meas).tolist() == [True, False, True, True]
+    pred = np.array([[110, 10], [200, 10], [101, 10], [150, 12]], dtype=float)
+    once = breakdown.overall_distinct(rows, {"x": pred}, meas)
+    assert once["rows"] == 3
+    assert once["settings"]["x"]["ttft_med_abs"] == pytest.approx(0.1)
+    assert once["settings"]["x"]["tpot_med_abs"] == pytest.approx(0.0)
+    assert breakdown.overall({"x": pred}, meas)["x"]["ttft_med_abs"] == pytest.approx(0.3)
