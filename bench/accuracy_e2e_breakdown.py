@@ -44,15 +44,15 @@ def overall(preds: dict, meas: np.ndarray, keep: np.ndarray | None = None) -> di
 
 
 def distinct_measurements(rows, meas: np.ndarray) -> np.ndarray:
-    """Which rows are the first of their measurement. Rows of one engine, system, load
-    (isl, osl, clients) with the same measured TTFT and TPOT, to the last digit, are one run
-    exported more than once -- some copies under another checkpoint's name (DeepSeek-R1 /
-    V3) or another recorded layout (tp 16 beside tp 4 on one 8-GPU node) -- and only the
-    first counts."""
+    """Which rows are the first of their measurement. Rows of one engine, system and load
+    (isl, osl, clients) whose measured TTFT and TPOT agree to nine significant digits are
+    one run exported more than once (the exports' copies differ at most in the last binary
+    digit) -- some under another checkpoint's name (DeepSeek-R1 / V3) or another recorded
+    layout (tp 16 beside tp 4 on one 8-GPU node) -- and only the first counts."""
     seen, keep = set(), np.zeros(len(rows), dtype=bool)
     for i, r in enumerate(rows):
-        ident = (r.engine, r.system, r.isl, r.osl, r.concurrency, float(meas[i, 0]),
-                 float(meas[i, 1]))
+        ident = (r.engine, r.system, r.isl, r.osl, r.concurrency,
+                 f"{meas[i, 0]:.9g}", f"{meas[i, 1]:.9g}")
         keep[i] = ident not in seen
         seen.add(ident)
     return keep

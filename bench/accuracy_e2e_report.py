@@ -86,8 +86,8 @@ def _targets(report) -> list[str]:
                      f"{_abs(once.get('ttft_med_abs'))} | {_abs(once.get('tpot_med_abs'))} |")
     if distinct["rows"] is not None:
         lines += ["", f"Each run once: {distinct['rows']:,} of {report['coverage']['expressible']:,}"
-                  " rows. Rows of one engine, system and load with the same measured TTFT and "
-                  "TPOT, to the last digit, are one run exported more than once (some under "
+                  " rows. Rows of one engine, system and load whose measured TTFT and TPOT agree "
+                  "to nine significant digits are one run exported more than once (some under "
                   "the other DeepSeek checkpoint's name or another recorded layout); the "
                   "targets are read on the rows as the data gives them, copies included."]
     return lines
