@@ -172,10 +172,13 @@ def repeat_spread(rows, key) -> dict:
     """How far repeated measurements of one deployment and load (rows alike under ``key``,
     whatever their engine version) lie apart: each measurement date against the median of
     the group's other dates (|x / median - 1|), over groups measured on two or more dates
-    -- the floor under any prediction's error. Rows of one date are one run exported more
-    than once (their median counts); undated rows count once per distinct measurement."""
+    -- the floor under any prediction's error. A run's copies (:func:`distinct_measurements`,
+    whatever date or none they carry) count once; rows of one date count as one run (their
+    median); undated rows count once per distinct measurement."""
+    raw = np.array([(r.ttft_ms, r.tpot_ms) for r in rows]).reshape(-1, 2)
+    first = distinct_measurements(rows, raw)
     groups = defaultdict(lambda: defaultdict(list))
-    for r in rows:
+    for r in (r for k, r in enumerate(rows) if first[k]):
         when = r.measured[:10] or (r.ttft_ms, r.tpot_ms)
         groups[replace(key(r), version="")][when].append((r.ttft_ms, r.tpot_ms))
     dev = []

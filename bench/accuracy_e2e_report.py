@@ -171,7 +171,8 @@ def _spread(report) -> str:
     if not s.get("measurements"):
         return "No deployment and load was measured twice."
     return (f"{s['measurements']:,} measurements repeat a deployment and load on another date "
-            "(a run exported more than once, on one date, counts once). Each against the "
+            "(a run exported more than once counts once, whatever date its copies carry). "
+            "Each against the "
             "median of its repeats: TTFT "
             f"{_abs(s['ttft_median'])} % median, {_abs(s['ttft_p75'])} % p75; TPOT "
             f"{_abs(s['tpot_median'])} % median, {_abs(s['tpot_p75'])} % p75 -- a floor "

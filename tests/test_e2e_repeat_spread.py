@@ -74,3 +74,15 @@ def test_copies_of_one_run_count_once_in_the_overall_figure(accuracy_e2e):
     assert once["settings"]["x"]["ttft_med_abs"] == pytest.approx(0.1)
     assert once["settings"]["x"]["tpot_med_abs"] == pytest.approx(0.0)
     assert breakdown.overall({"x": pred}, meas)["x"]["ttft_med_abs"] == pytest.approx(0.3)
+
+
+def test_a_runs_copies_under_two_dates_are_not_a_repeat(spread):
+    """One run exported dated (2026-04-01) and undated, its TTFT one binary digit apart, is
+    one measurement: with a second run (2026-04-08, 120 ms) the deployment has two, 100 vs
+    120 -> 1/6 and 120 vs 100 -> 0.2 (median 11/60). Counted as two dates, the copies would
+    add a third measurement at 0 % and pull the median down."""
+    rows = [_row(0, 100, 10, "2026-04-01"), _row(1, np.nextafter(100, 99), 10, ""),
+            _row(2, 120, 10, "2026-04-08")]
+    s = spread(rows)
+    assert s["measurements"] == 2
+    assert s["ttft_median"] == pytest.approx((1 / 6 + 0.2) / 2)
