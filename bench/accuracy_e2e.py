@@ -31,10 +31,12 @@ from pathlib import Path
 
 import numpy as np
 from accuracy_e2e_breakdown import (
+    distinct_measurements,
     engine_load_table,
     group_table,
     light_load_gaps,
     med_abs,
+    osl_slopes,
     overall,
     overall_distinct,
     repeat_spread,
@@ -157,15 +159,17 @@ def prefill_seconds(row, resolved) -> float:
 
 
 def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERMS,
-         resim_rows=RESIM_ROWS, optional=tuple(OPTIONAL_TERMS), units=None):
+         resim_rows=RESIM_ROWS, optional=tuple(OPTIONAL_TERMS), units=None, counted=None):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, each model's fold terms, and
     each engine's fit on all its rows of the terms some fold checked (fitted without a
     model whose rows the term moves: a term only one model's rows identify is never
     checked, and does not ship); engines with one model are not fitted. ``units``: each
     row's held-out unit (default its model; :func:`serveplan.e2e_served.held_out_units`
-    joins a model's twins, held out together)."""
+    joins a model's twins, held out together); ``counted``: the rows the fits count (default
+    all; :func:`distinct_measurements` counts each run once), every row is predicted."""
     pred = np.full((len(rows), 2), np.nan)
+    counted = np.ones(len(rows), dtype=bool) if counted is None else counted
     folds, full, fold_terms = [], {}, {}
     candidates = term_sets(names, optional)
     unit = list(units) if units is not None else [r.model for r in rows]
@@ -182,7 +186,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
                  if STEP_OVERHEAD_TERM in names else None)
         validated = set()
         for m in models:
-            train = [k for k in idx if unit[k] != m]
+            train = [k for k in idx if unit[k] != m and counted[k]]
             test = [k for k in idx if unit[k] == m]
             chosen, choice = _select(train, rows, unfitted, layers, prefill_s, candidates,
                                      start, unit)
@@ -199,6 +203,7 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
                   f"{100 * held[0]:.1f}/{100 * held[1]:.1f} %", file=sys.stderr, flush=True)
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
+        idx = [k for k in idx if counted[k]]
         chosen, choice = _select(idx, rows, unfitted, layers, prefill_s, candidates, start,
                                  unit)
         checked = [n for n in chosen if n in validated]
@@ -281,24 +286,6 @@ def moves(row, pred0, layers: RowShape, name: str, prefill_s: float) -> bool:
     """Whether the term ``name`` moves ``row``'s prediction (its first-order slope), so
     that a fold holding out ``row``'s model checks the term."""
     return bool(np.any(row_slopes(row, pred0, layers, (name,), prefill_s) != 0.0))
-
-
-def osl_slopes(rows, preds) -> list[dict]:
-    """TTFT change from osl 1024 to 8192 at fixed engine, model, system, agg tp, isl and
-    concurrency (a repeated measurement: the last one)."""
-    index = {(r.engine, r.model, r.system, r.tp, r.isl, r.concurrency, r.osl): k
-             for k, r in enumerate(rows) if r.mode == "agg"}
-    out = []
-    for (e, m, system, tp, isl, c, osl), k in index.items():
-        k2 = index.get((e, m, system, tp, isl, c, 8192))
-        if osl != 1024 or k2 is None:
-            continue
-        row = {"engine": e, "model": m, "system": system, "tp": tp, "isl": isl,
-               "concurrency": c, "measured": rows[k2].ttft_ms - rows[k].ttft_ms}
-        for name, p in preds.items():
-            row[name] = float(p[k2, 0] - p[k, 0])
-        out.append(row)
-    return out
 
 
 def held_out_check(rows, unfitted, fitted, full) -> None:
@@ -488,7 +475,8 @@ def _fits(args, ok, preds, prev: dict | None, resolved, eager) -> tuple[list, di
     units = held_out_units([r.model for r in ok], args.data)
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
                                            args.jobs, names, args.resim_rows, optional,
-                                           [units[r.model] for r in ok])
+                                           [units[r.model] for r in ok],
+                                           distinct_measurements(ok, measured_means(ok)))
     held_out_check(ok, unfitted, fitted, full)
     preds["engine_fitted_lomo"] = fitted
     preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)

@@ -168,6 +168,24 @@ def light_load_gaps(rows, meas: np.ndarray, engine_only: np.ndarray) -> list[dic
     return table
 
 
+def osl_slopes(rows, preds) -> list[dict]:
+    """TTFT change from osl 1024 to 8192 at fixed engine, model, system, agg tp, isl and
+    concurrency (a repeated measurement: the last one)."""
+    index = {(r.engine, r.model, r.system, r.tp, r.isl, r.concurrency, r.osl): k
+             for k, r in enumerate(rows) if r.mode == "agg"}
+    out = []
+    for (e, m, system, tp, isl, c, osl), k in index.items():
+        k2 = index.get((e, m, system, tp, isl, c, 8192))
+        if osl != 1024 or k2 is None:
+            continue
+        row = {"engine": e, "model": m, "system": system, "tp": tp, "isl": isl,
+               "concurrency": c, "measured": rows[k2].ttft_ms - rows[k].ttft_ms}
+        for name, p in preds.items():
+            row[name] = float(p[k2, 0] - p[k, 0])
+        out.append(row)
+    return out
+
+
 def repeat_spread(rows, key) -> dict:
     """How far repeated measurements of one deployment and load (rows alike under ``key``,
     whatever their engine version) lie apart: each measurement date against the median of

@@ -134,6 +134,28 @@ def test_twins_are_held_out_together(accuracy_e2e, monkeypatch):
     assert fold_terms["vllm", "a2"].frontend_output_s == pytest.approx(0.020, rel=1e-3)
 
 
+def test_rows_the_fits_do_not_count_are_still_predicted(accuracy_e2e, monkeypatch):
+    """Models a, b, c, two rows each, needing 20 ms (TTFT = 100 ms + the latency), except c's
+    second row at 500 ms, which the fits do not count (``counted``; in the report, a copy of
+    another row's run). Every fold and the engine's full fit land on 20 ms: a and b are
+    predicted at 120 ms, and so is the uncounted row, which is predicted like any other.
+    Counted, the same row pulls the folds that train on it off 20 ms."""
+    monkeypatch.setattr(accuracy_e2e, "predict_all", lambda rows, resolved, terms, jobs: np.array(
+        [[P0_TTFT + 1e3 * terms.frontend_output_s, TPOT]] * len(rows)))
+    rows = [replace(_rows(1.0)[0], id=f"{m}{k}", model=m, ttft_ms=P0_TTFT + 20.0)
+            for m in "abc" for k in range(2)]
+    rows[5] = replace(rows[5], ttft_ms=P0_TTFT + 500.0)
+    n = len(rows)
+    args = (rows, [None] * n, np.array([[P0_TTFT, TPOT]] * n), [80] * n, [0.05] * n)
+    kw = dict(names=("frontend_output_s",), resim_rows=0, optional=())
+    counted = np.array([True] * 5 + [False])
+    pred, _, full, fold_terms = accuracy_e2e.lomo(*args, **kw, counted=counted)
+    assert pred[:, 0] == pytest.approx([120.0] * n, rel=1e-3)
+    assert full["vllm"]["terms"].frontend_output_s == pytest.approx(0.020, rel=1e-3)
+    _, _, _, all_rows = accuracy_e2e.lomo(*args, **kw)
+    assert all_rows["vllm", "a"].frontend_output_s > 0.0201
+
+
 def test_model_shapes_carry_each_rows_eager_secant(accuracy_e2e):
     """A row simulated at 1 ms per layer of eager dispatch 40 ms / 2 ms slower than without
     has a secant of 40 / 1e-3 = 40e3 ms of TTFT (2e3 of TPOT) per second of the term; a row
