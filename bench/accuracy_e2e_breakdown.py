@@ -1,5 +1,7 @@
-"""Where the end-to-end error sits: per group and per engine x load, and at light load the
-time the measured TTFT spends outside the simulated engine.
+"""Where the end-to-end error sits: overall (also with each run counted once), per group
+and per engine x load, at light load the time the measured TTFT spends outside the
+simulated engine, the TTFT rise with the output length, and the floor repeated
+measurements put under any prediction.
 
 Every table here is computed from the rows and the predictions of one run, so
 ``--report-only`` rebuilds it from the rows CSV.
