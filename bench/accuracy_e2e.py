@@ -477,7 +477,7 @@ def _fits(args, ok, preds, prev: dict | None, resolved, eager) -> tuple[list, di
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
                                            args.jobs, names, args.resim_rows, optional,
                                            [units[r.model] for r in ok],
-                                           distinct_measurements(ok, measured_means(ok)))
+                                           distinct_measurements(ok))
     held_out_check(ok, unfitted, fitted, full)
     preds["engine_fitted_lomo"] = fitted
     preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)

@@ -45,7 +45,7 @@ def overall(preds: dict, meas: np.ndarray, keep: np.ndarray | None = None) -> di
     return out
 
 
-def distinct_measurements(rows, meas: np.ndarray) -> np.ndarray:
+def distinct_measurements(rows) -> np.ndarray:
     """Which rows are the first of their measurement. Rows of one engine, system and load
     (isl, osl, clients) whose measured TTFT and TPOT agree to nine significant digits are
     one run exported more than once (the exports' copies differ at most in the last binary
@@ -53,8 +53,8 @@ def distinct_measurements(rows, meas: np.ndarray) -> np.ndarray:
     layout (tp 16 beside tp 4 on one 8-GPU node) -- and only the first counts."""
     seen, keep = set(), np.zeros(len(rows), dtype=bool)
     for i, r in enumerate(rows):
-        ident = (r.engine, r.system, r.isl, r.osl, r.concurrency,
-                 f"{meas[i, 0]:.9g}", f"{meas[i, 1]:.9g}")
+        ident = (r.engine, r.system, r.isl, r.osl, r.concurrency, f"{r.ttft_ms:.9g}",
+                 f"{r.tpot_ms:.9g}")
         keep[i] = ident not in seen
         seen.add(ident)
     return keep
@@ -63,7 +63,7 @@ def distinct_measurements(rows, meas: np.ndarray) -> np.ndarray:
 def overall_distinct(rows, preds: dict, meas: np.ndarray) -> dict:
     """:func:`overall` with each measurement counted once (:func:`distinct_measurements`),
     and how many rows that leaves."""
-    keep = distinct_measurements(rows, meas)
+    keep = distinct_measurements(rows)
     return {"rows": int(keep.sum()), "settings": overall(preds, meas, keep)}
 
 
@@ -195,8 +195,7 @@ def repeat_spread(rows, key) -> dict:
     -- the floor under any prediction's error. A run's copies (:func:`distinct_measurements`,
     whatever date or none they carry) count once; rows of one date count as one run (their
     median); undated rows count once per distinct measurement."""
-    raw = np.array([(r.ttft_ms, r.tpot_ms) for r in rows]).reshape(-1, 2)
-    first = distinct_measurements(rows, raw)
+    first = distinct_measurements(rows)
     groups = defaultdict(lambda: defaultdict(list))
     for r in (r for k, r in enumerate(rows) if first[k]):
         when = r.measured[:10] or (r.ttft_ms, r.tpot_ms)

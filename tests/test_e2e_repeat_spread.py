@@ -57,9 +57,8 @@ def test_undated_rows_count_once_per_distinct_value(spread):
 def test_copies_of_one_run_count_once_in_the_overall_figure(accuracy_e2e):
     """Rows 0 and 1 are one run exported twice, once under another model name and recorded
     tp, its TTFT one binary digit off (same engine, system, load, and TTFT / TPOT to nine
-    significant digits); row 2 is another run
-    of that load (101 ms), row 3 the same values at another load. Each run once keeps rows
-    0, 2 and 3. Predicted TTFT 110, 200, 101, 150 ms: errors 0.1, 1.0, 0, 0.5, median over
+    significant digits); row 2 is another run of that load (101 ms), row 3 the same values
+    at another load. Each run once keeps rows 0, 2 and 3. Predicted TTFT 110, 200, 101, 150 ms: errors 0.1, 1.0, 0, 0.5, median over
     the rows 0.3, over the runs median(0.1, 0, 0.5) = 0.1 (the copy's 200 ms not counted);
     TPOT errors 0, 0, 0, 0.2: median over the runs 0."""
     breakdown = importlib.import_module("accuracy_e2e_breakdown")
@@ -67,7 +66,7 @@ def test_copies_of_one_run_count_once_in_the_overall_figure(accuracy_e2e):
                                           model="m2", tp=2),
             _row(2, 101, 10, ""), _row(3, 100, 10, "", concurrency=16)]
     meas = np.array([[r.ttft_ms, r.tpot_ms] for r in rows])
-    assert breakdown.distinct_measurements(rows, meas).tolist() == [True, False, True, True]
+    assert breakdown.distinct_measurements(rows).tolist() == [True, False, True, True]
     pred = np.array([[110, 10], [200, 10], [101, 10], [150, 12]], dtype=float)
     once = breakdown.overall_distinct(rows, {"x": pred}, meas)
     assert once["rows"] == 3
