@@ -44,6 +44,7 @@ from accuracy_e2e_breakdown import (
     worse_models,
 )
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
+from accuracy_e2e_profiles import write_profiles
 from accuracy_e2e_rowsfile import read_rows_csv, write_rows_csv
 from accuracy_e2e_selfcal import SELF_TERMS, self_calibrated
 from accuracy_e2e_selfcal import summary as selfcal_summary
@@ -71,11 +72,10 @@ from serveplan.e2e_fit import (
 from serveplan.e2e_select import OPTIONAL_TERMS, select_terms, term_sets
 from serveplan.e2e_served import held_out_units
 from serveplan.e2e_versions import engine_version
-from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
+from serveplan.estimator.runtime import RuntimeTerms
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
-PROFILES = HERE.parent / "estimator" / "data" / "runtime"
 RESIM_ROWS = 100  # training rows a fit's second step simulates again (time: one run each)
 EAGER_PROBE = "eager_probe"
 """The rows file's columns of every row simulated with only the eager term, at
@@ -344,28 +344,6 @@ def ship_step_overhead_only(rows, resolved, unfitted, shipped, full, fold_terms,
             info["reason"] += f"; {said}"
 
 
-def write_profiles(full: dict, stamp: str) -> None:
-    for engine, info in full.items():
-        path = PROFILES / f"{engine}.json"
-        prof = json.loads(path.read_text())
-        if info.get("fitted"):
-            prof["terms"] = info["terms"].model_dump()
-            prof["provenance"] = {
-                "terms": "fitted by bench/accuracy_e2e.py (serveplan.estimator.runtime_fit) on "
-                         "the expressible rows of e2e/aic_silicon_blackwell for this engine "
-                         "(a run exported more than once counted once), validated "
-                         "leave-one-model-out (bench/results/accuracy_e2e.md)",
-                "date": stamp, "median_abs_err_before": info["median_abs_err_before"],
-                "median_abs_err_held_out": info["median_abs_err_held_out"],
-                "held_out_models_worse": info["held_out_worse"],
-                "term_set": info.get("term_set")}
-        else:
-            prof["terms"] = {}
-            prof["provenance"] = {"terms": f"not fitted: {info['reason']}", "date": stamp}
-        path.write_text(json.dumps(prof, indent=2) + "\n")
-        load_runtime_profile(engine)  # still valid
-
-
 def _command(args) -> str:
     """The command line that reproduces the report."""
     return ("python bench/accuracy_e2e.py"
@@ -392,7 +370,10 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the simulations")
-    ap.add_argument("--write-profiles", action="store_true")
+    ap.add_argument("--write-profiles", action="store_true",
+                    help="write each engine's fitted terms, provenance and fit domain into "
+                         "its shipped runtime profile (with --report-only: the previous "
+                         "run's fits)")
     ap.add_argument("--no-fit", action="store_true",
                     help="report settings (a) and (b) only: no leave-one-model-out fits")
     ap.add_argument("--reuse", action="store_true",
@@ -528,8 +509,8 @@ def _self_calibration(args, ok, meas, preds, resolved, prev,
 def main() -> None:
     ap = _parser()
     args = ap.parse_args()
-    if (args.no_fit or args.report_only) and args.write_profiles:
-        ap.error("--write-profiles needs this run's fits: drop --no-fit / --report-only")
+    if args.no_fit and args.write_profiles:
+        ap.error("--write-profiles needs fits: drop --no-fit")
     if args.resimulate and not args.reuse:
         ap.error("--resimulate re-runs rows of a --reuse run: add --reuse")
     if args.eager_term and (args.no_fit or args.report_only):
@@ -551,9 +532,9 @@ def main() -> None:
         write_rows_csv(results / f"{args.out}_rows.csv", ok, meas, {**preds, **probe})
     folds, full = _fits(args, ok, preds, prev, resolved, eager)
     calibration = _self_calibration(args, ok, meas, preds, resolved, prev, earlier_calibrated)
-    stamp = time.strftime("%Y-%m-%d")
-    if args.write_profiles:
-        write_profiles(full, stamp)
+    stamp = time.strftime("%Y-%m-%d") if prev is None else prev["date"]
+    if args.write_profiles:  # with --report-only: the earlier run's fits, as it wrote them
+        write_profiles(full, stamp, ok, args.data)
     report = {
         "command": _command(args),
         "date": stamp, "seconds": round(time.time() - t0, 1),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -157,6 +158,40 @@ class VersionEntry(BaseModel):
         return lo <= version and (self.max is None or version < parse_version(self.max))
 
 
+class FitDomain(BaseModel):
+    """The measured deployments a profile's terms were fitted on: their GPUs, their models
+    (and whether any was dense, any a mixture of experts) and the engine versions they ran.
+    A deployment outside them gets the terms all the same; :meth:`outside` says how it
+    lies outside, so the simulation can say that its runtime is extrapolated."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    gpus: tuple[str, ...]
+    models: tuple[str, ...]
+    dense: bool
+    moe: bool
+    versions: tuple[str, str] | None = None  # oldest and newest, where the rows say
+
+    def outside(self, gpu_name: str, model, version: str | None = None) -> list[str]:
+        """How a deployment of ``model`` (a ``ModelSpec``) on ``gpu_name`` at ``version``
+        (None: the profile's newest) lies outside the fitted runs; empty if it does not."""
+        how = []
+        if gpu_name not in self.gpus:
+            how.append(f"the GPU ({gpu_name}) is not among theirs ({', '.join(self.gpus)})")
+        kind, covered = ("dense", self.dense) if not model.is_moe else ("a MoE model", self.moe)
+        if not covered:
+            only = "MoE" if self.moe else "dense"
+            how.append(f"{model.name} is {kind}; they were {only} models only "
+                       f"({', '.join(m.split('/')[-1] for m in self.models)})")
+        if version is not None and self.versions is not None and not (
+                parse_version(self.versions[0]) <= parse_version(version)
+                <= parse_version(self.versions[1])):
+            how.append(f"version {version} is outside theirs ({self.versions[0]} to "
+                       f"{self.versions[1]})")
+        return how
+
+
 class RuntimeProfile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -164,6 +199,8 @@ class RuntimeProfile(BaseModel):
     versions: tuple[VersionEntry, ...]
     terms: RuntimeTerms = RuntimeTerms()
     provenance: dict[str, Any] = Field(default_factory=dict)
+    domain: FitDomain | None = Field(
+        None, description="the measured runs the terms were fitted on (none: not recorded)")
 
     def entry(self, version: str | None) -> VersionEntry:
         """The version entry for ``version`` (None: the newest)."""
@@ -215,6 +252,7 @@ class EngineRuntime:
     entry: VersionEntry
     defaults: dict = field(default_factory=dict)
     terms: RuntimeTerms = RuntimeTerms()
+    outside_fit: tuple[str, ...] = ()  # how the deployment lies outside the terms' runs
 
     def step_runtime(self, model, tp: int, prefill_instance: bool = False) -> StepRuntime:
         """The per-step terms of an instance of ``model`` (a ``ModelSpec``) at ``tp``."""
@@ -229,13 +267,35 @@ class EngineRuntime:
                 "engine_profile": self.entry.label, "scheduler": self.entry.scheduler,
                 "async_scheduling": self.entry.async_scheduling,
                 "num_scheduler_steps": self.entry.num_scheduler_steps,
-                "runtime_terms": self.terms.model_dump()}
+                "runtime_terms": self.terms.model_dump(),
+                **({"runtime_terms_outside_fit": list(self.outside_fit)}
+                   if self.outside_fit else {})}
+
+
+_ANNOUNCED: set[str] = set()
+
+
+def _announce_extrapolation(engine: str, prof: RuntimeProfile, how: list[str]) -> None:
+    """Say once per process, on stderr, that a deployment's runtime terms are carried
+    outside the runs they were fitted on."""
+    t = prof.terms
+    latency = ", ".join(f"{label} {1e3 * v:.0f} ms" for label, v in (
+        ("front-end latency", t.frontend_output_s), ("handoff", t.disagg_handoff_s)) if v)
+    note = (f"note: {engine}'s runtime terms{f' ({latency})' if latency else ''} were "
+            f"fitted on {prof.domain.source}, and this deployment lies outside them: "
+            f"{'; '.join(how)}. Its TTFT carries them unvalidated; `serveplan calibrate "
+            f"--runs` fits them to your own benchmark runs (docs/runtime.md).")
+    if note not in _ANNOUNCED:
+        _ANNOUNCED.add(note)
+        print(note, file=sys.stderr)
 
 
 def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib: float,
-                   profile_path: str | Path | None = None) -> EngineRuntime:
+                   profile_path: str | Path | None = None, model=None) -> EngineRuntime:
     """The version entry of ``engine`` for ``version`` on a GPU (name, memory): knob
-    defaults with the engine's GPU-class rule applied, and the runtime terms."""
+    defaults with the engine's GPU-class rule applied, and the runtime terms. Given the
+    ``model`` (a ``ModelSpec``), a deployment outside the runs the terms were fitted on
+    (:class:`FitDomain`) is announced once and recorded (``outside_fit``)."""
     prof = load_runtime_profile(engine, profile_path)
     entry = prof.entry(version)
     defaults = entry.defaults.model_dump(exclude_none=True)
@@ -243,8 +303,15 @@ def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib:
     if large is not None and gpu_mem_gib >= entry.large_gpu_min_gib and not any(
             x in gpu_name.lower() for x in entry.large_gpu_excludes):
         defaults.update(large.model_dump(exclude_none=True))
-    return EngineRuntime(engine, version or f"{entry.min}+", entry, defaults, prof.terms)
+    how = []
+    if model is not None and prof.domain is not None and prof.terms != RuntimeTerms():
+        how = prof.domain.outside(gpu_name, model, version)
+    if how:
+        _announce_extrapolation(engine, prof, how)
+    return EngineRuntime(engine, version or f"{entry.min}+", entry, defaults, prof.terms,
+                         tuple(how))
 
 
-__all__ = ["DP_SHARED_LIMITS", "ENGINE_NAMES", "EngineRuntime", "KnobDefaults", "RuntimeProfile", "RuntimeTerms",
+__all__ = ["DP_SHARED_LIMITS", "ENGINE_NAMES", "EngineRuntime", "FitDomain", "KnobDefaults",
+           "RuntimeProfile", "RuntimeTerms",
            "VersionEntry", "engine_runtime", "load_runtime_profile", "parse_version"]

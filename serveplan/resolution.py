@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from serveplan.afd import ResolvedFFN, afd_cost, describe_afd, ffn_max_tokens, resolve_ffn
 from serveplan.deployments import strategy_name
-from serveplan.estimator.catalog import resolve_gpu
+from serveplan.estimator.catalog import resolve_gpu, resolve_model
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
 from serveplan.estimator.oracle import CostOracle, sglang_cuda_graph_sizes, trtllm_cuda_graph_sizes
@@ -168,7 +168,7 @@ def _engine_runtime(d: Deployment, gpu: GPUSpec) -> EngineRuntime | None:
     if d.engine is None:
         return None
     return engine_runtime(d.engine, d.engine_version, gpu.name, gpu.memory_bytes / 2**30,
-                          d.runtime_profile)
+                          d.runtime_profile, model=resolve_model(instance_model(d)))
 
 
 def _knob(d: Deployment, name: str, rt: EngineRuntime | None, fallback=None):

@@ -1,0 +1,109 @@
+"""Runtime terms carried outside the measured runs they were fitted on are announced.
+
+The domain checks are hand cases: a dense model on a GPU and at a version the domain does
+not hold, against a MoE model inside it. The shipped profiles' domains are checked against
+the end-to-end rows they were fitted on where that data is present.
+"""
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import xarray as xr
+from typer.testing import CliRunner
+
+from serveplan.cli import app
+from serveplan.estimator import runtime
+from serveplan.estimator.catalog import resolve_model
+from serveplan.estimator.runtime import FitDomain, engine_runtime, load_runtime_profile
+
+DOMAIN = FitDomain(source="12 measured runs", gpus=("b200", "b300"),
+                   models=("deepseek-ai/DeepSeek-V3",), dense=False, moe=True,
+                   versions=("0.5.5", "0.5.10"))
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
+
+
+@pytest.fixture(autouse=True)
+def fresh_announcements(monkeypatch):
+    monkeypatch.setattr(runtime, "_ANNOUNCED", set())
+
+
+def test_inside_the_domain_says_nothing():
+    moe = resolve_model("deepseek-v3")
+    assert DOMAIN.outside("b200", moe, "0.5.9") == []
+    assert DOMAIN.outside("b300", moe, None) == []  # no version given: the newest entry
+
+
+def test_each_way_outside_is_named():
+    dense = resolve_model("llama-3.1-8b")
+    how = DOMAIN.outside("h100", dense, "0.4.3")
+    assert len(how) == 3
+    assert "h100" in how[0] and "b200, b300" in how[0]
+    assert "llama-3.1-8b is dense" in how[1] and "MoE models only (DeepSeek-V3)" in how[1]
+    assert "0.4.3" in how[2] and "0.5.5 to 0.5.10" in how[2]
+    # release numbers compare as parse_version reads them: 0.5.10.post1 is inside
+    assert DOMAIN.outside("b200", resolve_model("deepseek-v3"), "0.5.10.post1") == []
+
+
+def _profile(tmp_path, terms: dict) -> Path:
+    prof = load_runtime_profile("sglang").model_dump(mode="json")
+    prof.update(terms=terms, domain=DOMAIN.model_dump(mode="json"))
+    path = tmp_path / "sglang.json"
+    path.write_text(json.dumps(prof))
+    return path
+
+
+def test_fitted_terms_outside_are_announced_once_and_recorded(tmp_path, capsys):
+    path = _profile(tmp_path, {"frontend_output_s": 0.18})
+    dense = resolve_model("llama-3.1-8b")
+    first = engine_runtime("sglang", None, "h100", 80.0, path, model=dense)
+    engine_runtime("sglang", None, "h100", 80.0, path, model=dense)
+    err = capsys.readouterr().err
+    assert err.count("note: sglang's runtime terms (front-end latency 180 ms)") == 1
+    assert "12 measured runs" in err and "calibrate --runs" in err
+    assert first.describe()["runtime_terms_outside_fit"] == list(first.outside_fit)
+    assert len(first.outside_fit) == 2  # the GPU and the dense model
+
+
+def test_nothing_to_say_inside_or_without_fitted_terms(tmp_path, capsys):
+    fitted, unfitted = _profile(tmp_path, {"frontend_output_s": 0.18}), tmp_path / "u.json"
+    unfitted.write_text(_profile(tmp_path, {}).read_text())
+    inside = engine_runtime("sglang", None, "b200", 180.0, fitted,
+                            model=resolve_model("deepseek-v3"))
+    bare = engine_runtime("sglang", None, "h100", 80.0, unfitted,
+                          model=resolve_model("llama-3.1-8b"))
+    assert inside.outside_fit == () and bare.outside_fit == ()
+    assert "runtime_terms_outside_fit" not in inside.describe()
+    assert capsys.readouterr().err == ""
+
+
+def test_simulate_says_so_on_stderr(tmp_path):
+    cfg = tmp_path / "sim.yaml"
+    cfg.write_text(
+        "deployment:\n  pools:\n    - {role: colocated, model: llama-3.1-8b, gpu: h100, "
+        "engine: sglang, max_model_len: 4096}\n"
+        "workload: {kind: closed-loop, concurrency: 1, num_requests: 4, isl: 256, osl: 8}\n")
+    out = tmp_path / "run.nc"
+    r = CliRunner().invoke(app, ["simulate", str(cfg), "--json", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "note: sglang's runtime terms" in r.stderr and "llama-3.1-8b is dense" in r.stderr
+    with xr.open_dataset(out) as ds:  # the result records it too
+        resolved = json.loads(ds.attrs["resolved"])
+    assert any("h100" in how for how in resolved["runtime_terms_outside_fit"])
+
+
+@pytest.mark.skipif(not DATA.exists(), reason="needs ../shared/data/e2e")
+def test_shipped_domains_are_the_rows_they_were_fitted_on(accuracy_e2e):  # bench on the path
+    """The profiles record what ``bench/accuracy_e2e.py --write-profiles`` computes from
+    the data as it is now: each engine's expressible rows, each run once."""
+    from serveplan.e2e import expressible, load_rows
+
+    rows = [r for r in load_rows(DATA / "silicon_blackwell.csv")
+            if expressible(r, DATA) is None]
+    domains = importlib.import_module("accuracy_e2e_profiles").fit_domains(rows, DATA)
+    assert sorted(domains) == ["sglang", "trtllm", "vllm"]
+    for engine, domain in domains.items():
+        assert load_runtime_profile(engine).domain == domain
+    assert domains["sglang"].moe and not domains["sglang"].dense  # the shipped rows' fact
+    assert "h100" not in domains["vllm"].gpus
