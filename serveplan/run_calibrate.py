@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from serveplan.e2e import with_terms
-from serveplan.estimator.runtime import RuntimeTerms, load_runtime_profile
+from serveplan.estimator.runtime import FitDomain, RuntimeTerms, load_runtime_profile
 from serveplan.estimator.runtime_fit import FIT_TERMS, FitResult, fit_terms
 from serveplan.run_compare import latency_stats, measured_latencies, replay, simulated_latencies
 from serveplan.runs.model import BenchRun
@@ -132,6 +132,18 @@ def leave_one_run_out(cases: list[RunCase], base: RuntimeTerms, names=FIT_TERMS,
     return Validation(tuple(c.label for c in cases), before, after)
 
 
+def runs_domain(cases: list[RunCase]) -> FitDomain:
+    """The runs' GPUs and models as the calibrated profile's fit domain (no release range:
+    a run's deployment need not name its engine version)."""
+    oracles = [p.instance.oracle for c in cases for p in c.resolved.pools]
+    models = {o.model.name: o.model for o in oracles}
+    return FitDomain(source=f"{len(cases)} benchmark run(s) given to serveplan calibrate --runs",
+                     gpus=tuple(sorted({o.gpu.name for o in oracles})),
+                     models=tuple(sorted(models)),
+                     dense=any(not m.is_moe for m in models.values()),
+                     moe=any(m.is_moe for m in models.values()))
+
+
 def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -> str:
     """The engine's runtime profile with the fitted terms (``runtime_profile:`` /
     ``--runtime-profile`` load it)."""
@@ -141,7 +153,8 @@ def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -
                   "runs": [str(c.run.path) for c in cases], "fit": fit.summary(),
                   "leave_one_run_out": validation.rows(),
                   "versions_from": f"the shipped {engine} profile"}
-    prof = shipped.model_copy(update={"terms": fit.terms, "provenance": provenance})
+    prof = shipped.model_copy(update={"terms": fit.terms, "provenance": provenance,
+                                      "domain": runs_domain(cases)})
     return json.dumps(prof.model_dump(mode="json"), indent=2, default=float) + "\n"
 
 

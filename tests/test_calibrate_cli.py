@@ -44,7 +44,7 @@ def test_calibrate_writes_a_profile_that_estimate_loads(tmp_path):
     out = tmp_path / "l40s-mine.json"
     r = run("calibrate", "--gpu", "l40s", "--measurements", src, "--out", out, "--json")
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output)
+    summary = json.loads(r.stdout)
     assert summary["correctors"] == ["gemm:bf16"]
     prof = json.loads(out.read_text())
     assert prof["efficiency"]["gemm"]["prefill"]["ec"] == pytest.approx(0.5, rel=0.02)

@@ -35,7 +35,7 @@ def test_estimate_json_matches_python_api(oracle_8b):
     r = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--phase", "prefill",
             "--batch", "2", "--input-len", "1024", "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert set(out) >= {"time_s", "bound", "modules"}
     assert {"name", "dispatch_s", "compute_s", "comm_s"} <= set(out["modules"][0])
     assert out["time_s"] == pytest.approx(oracle_8b.prefill_time(2, 1024))
@@ -47,7 +47,7 @@ def test_memory_json_keys_and_values():
             "--gpu-memory-utilization", "0.85", "--max-num-batched-tokens", "32768",
             "--max-num-seqs", "64", "--max-model-len", "32768", "--block-size", "16", "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     for key in ("weights_bytes", "activation_bytes", "non_torch_bytes", "kv_bytes_per_token",
                 "num_gpu_blocks", "kv_tokens", "fits"):
         assert key in out
@@ -176,6 +176,6 @@ def test_dtype_fp4_is_the_nvfp4_shorthand_on_the_command_line_too():
         r = run("estimate", "--model", "llama-3.1-70b", "--gpu", "b200", "--batch", "1",
                 "--dtype", dtype, "--json")
         assert r.exit_code == 0, r.output
-        return json.loads(r.output)["time_s"]
+        return json.loads(r.stdout)["time_s"]
 
     assert est("fp4") == est("nvfp4") < est("fp8")

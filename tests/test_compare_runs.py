@@ -146,7 +146,7 @@ def test_compare_command_json_out_and_plot(written_run, tmp_path):
     res = runner.invoke(app, ["compare", str(written_run), *FLAGS, "--seed", "3", "--json",
                               "--out", str(out), "--plot", str(png)])
     assert res.exit_code == 0, res.output
-    metrics = json.loads(res.output)["metrics"]
+    metrics = json.loads(res.stdout)["metrics"]
     assert abs(metrics["p50_ttft_s"]["error"]) < 1e-9
     ds = xr.open_dataset(out, engine="h5netcdf")
     assert ds.attrs["kind"] == "compare" and ds.sizes["request"] == 40
@@ -184,7 +184,7 @@ def _calibrate_json(run, out, *extra) -> dict:
     res = runner.invoke(app, ["calibrate", "--runs", str(run), *FLAGS, "--out", str(out),
                               *extra, "--json"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.output)
+    return json.loads(res.stdout)
 
 
 def test_calibrate_runs_command(written_run, tmp_path):
@@ -194,8 +194,12 @@ def test_calibrate_runs_command(written_run, tmp_path):
     assert "tp_sync_per_layer_s" in report["skipped"]
     # the profile loads as a pool's runtime profile
     pool = {**POOL, "runtime_profile": str(out)}
-    fitted = resolve({"pools": [pool]}).pools[0].instance.runtime.terms
-    assert fitted.model_dump() == report["terms"]
+    runtime = resolve({"pools": [pool]}).pools[0].instance.runtime
+    assert runtime.terms.model_dump() == report["terms"]
+    # its fit domain is the run's deployment, which therefore lies inside it
+    domain = json.loads(out.read_text())["domain"]
+    assert domain["gpus"] == ["h100"] and domain["models"] == ["llama-3.1-8b"]
+    assert domain["dense"] and not domain["moe"] and runtime.outside_fit == ()
 
 
 def test_pd_deployment_itls_tile_the_decode_span(tmp_path):
@@ -226,7 +230,7 @@ def test_calibrate_runs_manifest(written_run, tmp_path):
     res = runner.invoke(app, ["calibrate", "--runs", str(tmp_path / "runs.yaml"), "--out",
                               str(out), "--max-evals", "5", "--seed", "3", "--json"])
     assert res.exit_code == 0, res.output
-    report = json.loads(res.output)
+    report = json.loads(res.stdout)
     assert [r["run"] for r in report["leave_one_run_out"]] == ["a.json", "a.json"]
     assert "tp_sync_per_layer_s" in report["fitted"]  # runs at TP 1 and 2 identify it
     bad = tmp_path / "bad.yaml"

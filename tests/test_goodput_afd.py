@@ -53,7 +53,7 @@ def test_goodput_of_an_afd_config_is_the_search_row(tmp_path):
         _afd_deployment())
     res = CliRunner().invoke(app, ["goodput", str(_config(tmp_path, deployment)), "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert out["strategy"] == "1p1a1f" and out["gpus"] == 3
     assert out["goodput"] > 0
     assert out["goodput"] == pytest.approx(float(row["goodput"]), rel=1e-12)

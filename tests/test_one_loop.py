@@ -131,4 +131,4 @@ def test_pool_form_takes_the_instance_flags(tmp_path):
                                    "-n", "40", "--num-instances", "2", "--max-num-seqs", "32",
                                    "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["completed"] == 40
+    assert json.loads(res.stdout)["completed"] == 40

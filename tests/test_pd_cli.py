@@ -92,7 +92,7 @@ def test_compare_routers_same_arrivals(cfg_file, tmp_path):
     r = runner.invoke(app, ["compare-routers", str(cfg_file), "--routers",
                             "rr,least-loaded,sibyl,sibyl-no-type3", "--json", "-o", str(out)])
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output)
+    rows = json.loads(r.stdout)
     assert [row["router"] for row in rows] == ["round-robin", "least-loaded", "sibyl",
                                                "sibyl-no-type3"]
     for row in rows:
@@ -125,7 +125,7 @@ def test_compare_routers_colocated(tmp_path, sim_compiled):
     r = runner.invoke(app, ["compare-routers", str(path), "--routers", "rr,least-requests",
                             "--json"])
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output)
+    rows = json.loads(r.stdout)
     assert [row["router"] for row in rows] == ["round-robin", "least-requests"]
     assert all(np.isfinite(row["p99_9_tpot_ms"]) for row in rows)
     r = runner.invoke(app, ["compare-routers", str(path), "--routers", "sibyl"])

@@ -126,7 +126,7 @@ def test_rollout_command_end_to_end(tmp_path):
             "reconfig": {"threshold": 10, "setup_s": 0.5}}
     res = runner.invoke(app, ["rollout", str(_write(tmp_path, data)), "--json"])
     assert res.exit_code == 0, res.output
-    s = json.loads(res.output)
+    s = json.loads(res.stdout)
     tokens = 72 * 64 + 8 * 1500
     assert s["without_switch"]["output_tokens"] == s["with_switch"]["output_tokens"] == tokens
     sw = s["switch"]

@@ -139,7 +139,7 @@ def test_cli_prints_session_tables(tmp_path, sim_compiled):
         "workload": {"kind": "sessions", "path": str(DATA / "good.jsonl")}}))
     r = runner.invoke(app, ["simulate", str(cfg), "--json"])
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert s["sessions"] == 2 and s["sessions_completed"] == 2
     # history of the later rounds: (200 + 5) + (100 + 10) tokens
     assert s["followup_history_tokens"] == 315

@@ -52,7 +52,7 @@ def test_table_output(cfg_file):
 def test_json_summary_and_overrides(cfg_file):
     r = run(cfg_file, "--json", "--requests", 40, "--rate", 4)
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert s["completed"] == 40 and s["failed"] == 0
     assert s["slo_met"] in (True, False)
     assert s["median_ttft_ms"] > 0 and s["median_tpot_ms"] > 0
@@ -69,7 +69,7 @@ def test_netcdf_output_readable_by_plain_xarray(cfg_file, tmp_path):
     assert cfg["workload"]["rate"] == 8.0 and cfg["seed"] == 1
     resolved = json.loads(ds.attrs["resolved"])
     assert resolved["num_gpu_blocks"] == 4000 and resolved["usable_kv_blocks"] == 3999
-    assert json.loads(ds.attrs["summary"]) == json.loads(r.output)
+    assert json.loads(ds.attrs["summary"]) == json.loads(r.stdout)
 
 
 def test_concurrency_switches_to_closed_loop(cfg_file, tmp_path):
@@ -91,7 +91,7 @@ def test_trace_needs_timestamps_or_a_rate(cfg_file, shared_data):
     r = run(cfg_file, "--trace", sharegpt, "--requests", 30, "--rate", 5,
             "--set", "workload.arrival=poisson", "--json")
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     # prompts of max_model_len (4096) tokens or more are rejected, as by vLLM
     assert s["completed"] + s["failed"] == 30 and s["completed"] > 20
 
@@ -100,7 +100,7 @@ def test_trace_replay_azure(cfg_file, shared_data):
     azure = shared_data / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
     r = run(cfg_file, "--trace", azure, "--requests", 50, "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["completed"] == 50
+    assert json.loads(r.stdout)["completed"] == 50
 
 
 @pytest.mark.parametrize("args, message", [
@@ -188,7 +188,7 @@ def test_rejected_requests_count_against_the_slo(cfg_file, tmp_path):
     r = run(cfg_file, "--set", "workload.isl={dist: uniform, low: 100, high: 300}", "--set",
             "deployment.max_model_len=200", "--out", out, "--json")
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     ds = xr.open_dataset(out)
     prompt = ds["prompt_len"].values
     rejected = int((prompt >= 200).sum())
@@ -226,7 +226,7 @@ def test_slo_met_reads_the_same_for_colocated_and_pd(tmp_path, ttft_ms, word):
         assert r.exit_code == 0, r.output
         row = [ln for ln in r.output.splitlines() if "slo_met" in ln]
         assert len(row) == 1 and row[0].split()[-2] == word, (name, row)
-        assert json.loads(run(path, "--requests", 20, "--json").output)["slo_met"] is (
+        assert json.loads(run(path, "--requests", 20, "--json").stdout)["slo_met"] is (
             word == "yes")
 
 

@@ -144,7 +144,7 @@ def test_cli_flags_turn_speculation_on(tmp_path):
     r = runner.invoke(app, ["simulate", str(path), "--json", "--spec-method", "ngram",
                             "--num-speculative-tokens", "2", "--spec-acceptance", "0.8,0.5"])
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert s["total_output_tokens"] == 30 * 40
     assert 1.0 < s["spec_acceptance_length"] <= 3.0
     assert s["spec_draft_time_fraction"] == 0.0  # ngram drafts take no GPU time
