@@ -283,8 +283,8 @@ def _announce_extrapolation(engine: str, prof: RuntimeProfile, how: list[str]) -
         ("front-end latency", t.frontend_output_s), ("handoff", t.disagg_handoff_s)) if v)
     note = (f"note: {engine}'s runtime terms{f' ({latency})' if latency else ''} were "
             f"fitted on {prof.domain.source}, and this deployment lies outside them: "
-            f"{'; '.join(how)}. Its TTFT carries them unvalidated; `serveplan calibrate "
-            f"--runs` fits them to your own benchmark runs (docs/runtime.md).")
+            f"{'; '.join(how)}. Its predicted latencies carry them unvalidated; `serveplan "
+            f"calibrate --runs` fits them to your own benchmark runs (docs/runtime.md).")
     if note not in _ANNOUNCED:
         _ANNOUNCED.add(note)
         print(note, file=sys.stderr)
