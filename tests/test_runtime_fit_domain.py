@@ -46,10 +46,10 @@ def test_each_way_outside_is_named():
     assert DOMAIN.outside("b200", resolve_model("deepseek-v3"), "0.5.10.post1") == []
 
 
-def _profile(tmp_path, terms: dict) -> Path:
+def _profile(tmp_path, terms: dict, name: str = "sglang.json") -> Path:
     prof = load_runtime_profile("sglang").model_dump(mode="json")
     prof.update(terms=terms, domain=DOMAIN.model_dump(mode="json"))
-    path = tmp_path / "sglang.json"
+    path = tmp_path / name
     path.write_text(json.dumps(prof))
     return path
 
@@ -67,12 +67,13 @@ def test_fitted_terms_outside_are_announced_once_and_recorded(tmp_path, capsys):
 
 
 def test_nothing_to_say_inside_or_without_fitted_terms(tmp_path, capsys):
-    fitted, unfitted = _profile(tmp_path, {"frontend_output_s": 0.18}), tmp_path / "u.json"
-    unfitted.write_text(_profile(tmp_path, {}).read_text())
+    fitted = _profile(tmp_path, {"frontend_output_s": 0.18})
+    unfitted = _profile(tmp_path, {}, "unfitted.json")
     inside = engine_runtime("sglang", None, "b200", 180.0, fitted,
                             model=resolve_model("deepseek-v3"))
     bare = engine_runtime("sglang", None, "h100", 80.0, unfitted,
                           model=resolve_model("llama-3.1-8b"))
+    assert inside.terms.frontend_output_s == 0.18  # fitted terms, inside their domain
     assert inside.outside_fit == () and bare.outside_fit == ()
     assert "runtime_terms_outside_fit" not in inside.describe()
     assert capsys.readouterr().err == ""
