@@ -173,6 +173,15 @@ class FitDomain(BaseModel):
     moe: bool
     versions: tuple[str, str] | None = None  # oldest and newest, where the rows say
 
+    @classmethod
+    def of(cls, source: str, gpus, models: dict, versions: tuple[str, str] | None = None
+           ) -> FitDomain:
+        """The domain of runs on ``gpus`` of ``models`` (name -> ``ModelSpec``): which of
+        dense and MoE they cover is read from the specs."""
+        return cls(source=source, gpus=tuple(sorted(set(gpus))), models=tuple(sorted(models)),
+                   dense=any(not m.is_moe for m in models.values()),
+                   moe=any(m.is_moe for m in models.values()), versions=versions)
+
     def outside(self, gpu_name: str, model, version: str | None = None) -> list[str]:
         """How a deployment of ``model`` (a ``ModelSpec``) on ``gpu_name`` at ``version``
         (None: the profile's newest) lies outside the fitted runs; empty if it does not."""

@@ -35,11 +35,6 @@ def fit_domain(rows: Sequence, data_dir: Path, source: str = DOMAIN_SOURCE) -> F
     specs = {r.model: resolve_model(served(r, data_dir).model) for r in rows}
     versions = sorted({parse_version(v) for r in rows
                        if (v := engine_version(r.engine, r.version, r.measured)) is not None})
-    return FitDomain(
-        source=f"{len(rows):,} {source}, each run once",
-        gpus=tuple(sorted({resolve_gpu(r.system).name for r in rows})),
-        models=tuple(sorted(specs)),
-        dense=any(not m.is_moe for m in specs.values()),
-        moe=any(m.is_moe for m in specs.values()),
-        versions=(".".join(map(str, versions[0])), ".".join(map(str, versions[-1])))
-        if versions else None)
+    span = tuple(".".join(map(str, v)) for v in (versions[0], versions[-1])) if versions else None
+    return FitDomain.of(f"{len(rows):,} {source}, each run once",
+                        {resolve_gpu(r.system).name for r in rows}, specs, span)

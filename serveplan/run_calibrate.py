@@ -136,12 +136,8 @@ def runs_domain(cases: list[RunCase]) -> FitDomain:
     """The runs' GPUs and models as the calibrated profile's fit domain (no release range:
     a run's deployment need not name its engine version)."""
     oracles = [p.instance.oracle for c in cases for p in c.resolved.pools]
-    models = {o.model.name: o.model for o in oracles}
-    return FitDomain(source=f"{len(cases)} benchmark run(s) given to serveplan calibrate --runs",
-                     gpus=tuple(sorted({o.gpu.name for o in oracles})),
-                     models=tuple(sorted(models)),
-                     dense=any(not m.is_moe for m in models.values()),
-                     moe=any(m.is_moe for m in models.values()))
+    return FitDomain.of(f"{len(cases)} benchmark run(s) given to serveplan calibrate --runs",
+                        {o.gpu.name for o in oracles}, {o.model.name: o.model for o in oracles})
 
 
 def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -> str:
