@@ -121,9 +121,11 @@ def _profiles(report) -> list[str]:
             continue
         terms = ", ".join(f"{k} = {v:.3g}" for k, v in info["terms"].items() if v)
         before, after = info["median_abs_err_before"], info["median_abs_err_held_out"]
+        chosen = (f"; term set {info['term_set']}" + (f": {info['why']}" if info.get("why")
+                                                      else "") if info.get("term_set") else "")
         lines.append(f"- {engine}: {terms or 'all terms 0'} (median abs error TTFT/TPOT of "
                      f"(b) {_abs(before[0])}/{_abs(before[1])} % -> held out (c) "
-                     f"{_abs(after[0])}/{_abs(after[1])} %); left out: "
+                     f"{_abs(after[0])}/{_abs(after[1])} %{chosen}); left out: "
                      + ("; ".join(f"{k} ({v})" for k, v in info["skipped"].items()) or "none")
                      + (f"; held-out models it makes worse: {'; '.join(info['held_out_worse'])}"
                         if info.get("held_out_worse") else "")
