@@ -202,6 +202,14 @@ def _weights_by_stage(model: ModelSpec, par: Parallelism, quant: Quantization,
     return out
 
 
+def parameter_count(model: ModelSpec) -> float:
+    """The model's parameters: every weight the op tables hold (embedding and LM head
+    included), counted once, whatever the checkpoint's storage format."""
+    unsplit = _weights_by_stage(model, Parallelism(), Quantization.unquantized(),
+                                [model.num_layers])
+    return unsplit[0] / DTYPE_BYTES["bf16"]
+
+
 def activation_peak_bytes(model: ModelSpec, par: Parallelism, max_num_batched_tokens: int,
                           max_num_seqs: int, sampler: bool = True) -> float:
     """Estimated peak torch allocation of a profiling forward pass (bytes per rank).

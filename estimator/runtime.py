@@ -21,6 +21,7 @@ holds that for one engine (``data/runtime/<engine>.json``):
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -28,10 +29,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from serveplan.sim.runtime import FrontEnd, StepRuntime
 
+from .memory import parameter_count
 from .specs import SpecError
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
@@ -160,9 +162,10 @@ class VersionEntry(BaseModel):
 
 class FitDomain(BaseModel):
     """The measured deployments a profile's terms were fitted on: their GPUs, their models
-    (and whether any was dense, any a mixture of experts) and the engine versions they ran.
-    A deployment outside them gets the terms all the same; :meth:`outside` says how it
-    lies outside, so the simulation can say that its runtime is extrapolated."""
+    (whether any was dense, any a mixture of experts, and the smallest and largest
+    model's parameters) and the engine versions they ran. A deployment outside them gets
+    the terms all the same; :meth:`outside` says how it lies outside, so the simulation
+    can say that its runtime is extrapolated."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -172,15 +175,27 @@ class FitDomain(BaseModel):
     dense: bool
     moe: bool
     versions: tuple[str, str] | None = None  # oldest and newest, where the rows say
+    # smallest and largest model, billions of parameters (none: not recorded)
+    params_b: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, source: str, gpus, models: dict, versions: tuple[str, str] | None = None
            ) -> FitDomain:
         """The domain of runs on ``gpus`` of ``models`` (name -> ``ModelSpec``): which of
-        dense and MoE they cover is read from the specs."""
+        dense and MoE they cover and their sizes are read from the specs (the size range
+        widened to a tenth of a billion, so that each fitted model lies inside it)."""
+        sizes = [parameter_count(m) / 1e9 for m in models.values()]
         return cls(source=source, gpus=tuple(sorted(set(gpus))), models=tuple(sorted(models)),
                    dense=any(not m.is_moe for m in models.values()),
-                   moe=any(m.is_moe for m in models.values()), versions=versions)
+                   moe=any(m.is_moe for m in models.values()), versions=versions,
+                   params_b=(math.floor(10 * min(sizes)) / 10, math.ceil(10 * max(sizes)) / 10))
+
+    @field_validator("params_b")
+    @classmethod
+    def _size_range(cls, value):
+        if value is not None and not 0 < value[0] <= value[1]:
+            raise ValueError(f"params_b must be (smallest, largest) > 0, got {list(value)}")
+        return value
 
     def outside(self, gpu_name: str, model, version: str | None = None) -> list[str]:
         """How a deployment of ``model`` (a ``ModelSpec``) on ``gpu_name`` at ``version``
@@ -193,6 +208,11 @@ class FitDomain(BaseModel):
             only = "MoE" if self.moe else "dense"
             how.append(f"{model.name} is {kind}; they were {only} models only "
                        f"({', '.join(m.split('/')[-1] for m in self.models)})")
+        if self.params_b is not None:
+            size, (low, high) = parameter_count(model) / 1e9, self.params_b
+            if not low <= size <= high:
+                how.append(f"{model.name} has {size:,.1f} B parameters; theirs had "
+                           f"{low:,.1f} to {high:,.1f} B")
         if version is not None and self.versions is not None and not (
                 parse_version(self.versions[0]) <= parse_version(version)
                 <= parse_version(self.versions[1])):

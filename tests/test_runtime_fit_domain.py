@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from serveplan.cli import app
 from serveplan.estimator import runtime
 from serveplan.estimator.catalog import resolve_model
+from serveplan.estimator.memory import parameter_count
 from serveplan.estimator.runtime import FitDomain, engine_runtime, load_runtime_profile
 
 DOMAIN = FitDomain(source="12 measured runs", gpus=("b200", "b300"),
@@ -108,3 +110,33 @@ def test_shipped_domains_are_the_rows_they_were_fitted_on(accuracy_e2e):  # benc
         assert load_runtime_profile(engine).domain == domain
     assert domains["sglang"].moe and not domains["sglang"].dense  # the shipped rows' fact
     assert "h100" not in domains["vllm"].gpus
+
+
+@pytest.mark.parametrize("name, billions", [
+    ("llama-3.1-8b", 8.03), ("llama-3.1-70b", 70.55), ("mixtral-8x7b", 46.70),
+    ("deepseek-v3", 671.03)])
+def test_parameter_count_is_the_published_size(name, billions):
+    """The model cards' totals: Llama-3.1 8.03 B and 70.55 B (Meta's safetensors index),
+    Mixtral-8x7B 46.70 B, DeepSeek-V3 671 B without its MTP module."""
+    assert parameter_count(resolve_model(name)) / 1e9 == pytest.approx(billions, abs=0.01)
+
+
+def test_a_model_outside_the_fitted_sizes_is_named():
+    sized = DOMAIN.model_copy(update={"params_b": (600.0, 700.0)})
+    assert sized.outside("b200", resolve_model("deepseek-v3"), "0.5.9") == []
+    small_moe = resolve_model("mixtral-8x7b")  # MoE, as the domain's models: only its size
+    assert sized.outside("b200", small_moe, "0.5.9") == [
+        "mixtral-8x7b-v0.1 has 46.7 B parameters; theirs had 600.0 to 700.0 B"]
+
+
+def test_the_size_range_holds_every_fitted_model():
+    models = {n: resolve_model(n) for n in ("llama-3.1-8b", "llama-3.1-70b")}
+    domain = FitDomain.of("2 runs", ["h100"], models)
+    assert domain.params_b == (8.0, 70.6)  # 8.03 rounded down, 70.55 up
+    assert all(domain.outside("h100", m) == [] for m in models.values())
+    assert "405.9 B parameters" in domain.outside("h100", resolve_model("llama-3.1-405b"))[0]
+
+
+def test_a_size_range_upside_down_is_refused():
+    with pytest.raises(ValidationError, match="params_b"):
+        FitDomain(**{**DOMAIN.model_dump(), "params_b": (70.0, 8.0)})
