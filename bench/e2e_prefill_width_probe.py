@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from accuracy_e2e import resolve_all
+from accuracy_e2e import DATA, resolve_all
 from accuracy_e2e_breakdown import distinct_measurements
 
 from serveplan.e2e import load_rows
@@ -41,7 +41,6 @@ from serveplan.e2e_fit import (
 from serveplan.e2e_served import held_out_units
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
 ROWS = HERE / "results" / "accuracy_e2e_rows.csv"
 OUT = HERE / "results" / "e2e_prefill_width_probe.md"
 REFERENCE_HIDDEN = 4096
