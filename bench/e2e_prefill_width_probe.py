@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +33,9 @@ from serveplan.e2e_fit import (
     E2E_FIT_TERMS,
     EXPERT_TERM,
     RowShape,
-    first_order,
-    fit_rows,
     measured_means,
 )
+from serveplan.e2e_select import held_out_first_order
 from serveplan.e2e_served import held_out_units
 
 HERE = Path(__file__).resolve().parent
@@ -56,18 +54,13 @@ def held_out(rows, unfitted, shapes, prefill_s, unit, counted) -> np.ndarray:
     """Every row's first-order TTFT and TPOT (ms) with its engine's shipped term set
     fitted on the engine's other held-out units (``shapes``: each row's RowShape)."""
     pred = np.full_like(unfitted, np.nan)
-    by_engine = defaultdict(list)
-    for k, r in enumerate(rows):
-        by_engine[r.engine].append(k)
-    pick = lambda seq, idx: [seq[i] for i in idx]  # noqa: E731
-    for engine, idx in by_engine.items():
-        for held in sorted({unit[k] for k in idx}):
-            train = [k for k in idx if unit[k] != held and counted[k]]
-            test = [k for k in idx if unit[k] == held]
-            terms, summ = fit_rows(pick(rows, train), unfitted[train], pick(shapes, train),
-                                   SHIPPED_SETS[engine], pick(prefill_s, train))
-            pred[test] = first_order(pick(rows, test), unfitted[test], pick(shapes, test),
-                                     terms, summ["fitted"], pick(prefill_s, test))
+    for engine in sorted({r.engine for r in rows}):
+        idx = [k for k, r in enumerate(rows) if r.engine == engine]
+        sub_rows, sub_shapes, sub_prefill, sub_unit = (
+            [seq[k] for k in idx] for seq in (rows, shapes, prefill_s, unit))
+        pred[idx] = held_out_first_order(sub_rows, unfitted[idx], sub_shapes, sub_prefill,
+                                         SHIPPED_SETS[engine], sub_unit,
+                                         counted=counted[idx])
     return pred
 
 

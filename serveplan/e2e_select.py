@@ -67,11 +67,15 @@ TERM_SETS = term_sets(E2E_FIT_TERMS + (EXPERT_TERM,))
 per-expert term of prompt-carrying steps (:data:`~serveplan.e2e_fit.EXPERT_TERM`)."""
 
 
-def _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start):
-    """Every row's first-order prediction with ``names`` fitted to the other models."""
+def held_out_first_order(rows, pred0, layers, prefill_s, names, models, start=None,
+                         counted=None) -> np.ndarray:
+    """Every row's first-order prediction with ``names`` fitted to the rows of the other
+    ``models`` (each row's held-out unit); ``counted``: the rows a fit may train on
+    (default all; every row is predicted)."""
     out = np.empty_like(pred0)
     for m in sorted(set(models)):
-        train = [i for i, mm in enumerate(models) if mm != m]
+        train = [i for i, mm in enumerate(models)
+                 if mm != m and (counted is None or counted[i])]
         test = [i for i, mm in enumerate(models) if mm == m]
         pick = lambda seq, idx: [seq[i] for i in idx]  # noqa: E731
         terms, summ = fit_rows(pick(rows, train), pred0[train], pick(layers, train), names,
@@ -102,7 +106,7 @@ def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[Row
     meas = measured_means(rows)
     scores = {}
     for name, names in candidates.items():
-        pred = _held_out_first_order(rows, pred0, layers, prefill_s, names, models, start)
+        pred = held_out_first_order(rows, pred0, layers, prefill_s, names, models, start)
         scores[name] = float(np.sum(np.median(np.abs(pred / meas - 1.0), axis=0)))
     best = min(candidates, key=lambda n: scores[n])
     best = best if scores[best] < scores[first] - TIE else first
@@ -110,4 +114,4 @@ def select_terms(rows: Sequence[E2ERow], pred0: np.ndarray, layers: Sequence[Row
 
 
 __all__ = ["BASE_SETS", "LATENCY_TERMS", "MIN_MODELS", "OPTIONAL_TERMS", "TERM_SETS", "TIE",
-           "select_terms", "term_sets"]
+           "held_out_first_order", "select_terms", "term_sets"]
