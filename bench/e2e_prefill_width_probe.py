@@ -50,6 +50,11 @@ FORMS = {"per token and layer (shipped)": lambda layers, hidden: layers,
              lambda layers, hidden: layers * hidden / REFERENCE_HIDDEN}
 
 
+FIRST_ORDER_CAVEAT = ("First-order held-out errors differ from the simulated ones of the "
+                      "report (the simulator responds about 1.1x the slopes, and the report's "
+                      "fits take a second step from simulated rows); compare the columns.")
+
+
 def held_out(rows, unfitted, shapes, prefill_s, unit, counted) -> np.ndarray:
     """Every row's first-order TTFT and TPOT (ms) with its engine's shipped term set
     fitted on the engine's other held-out units (``shapes``: each row's RowShape)."""
@@ -82,29 +87,37 @@ def table(rows, unit, meas, preds: dict) -> list[str]:
     return lines
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
-    args = ap.parse_args()
-    by_id = {r.id: r for r in load_rows(args.data / "silicon_blackwell.csv")}
+def probe_inputs(data: Path) -> dict:
+    """What a first-order held-out probe needs of the report's rows file: the rows, their
+    unfitted predictions (ms), model specs, prefill of one mean prompt (s), held-out
+    units and which rows are the first of their measurement (those a fit trains on)."""
+    by_id = {r.id: r for r in load_rows(data / "silicon_blackwell.csv")}
     with ROWS.open() as f:
         recs = list(csv.DictReader(f))
     rows = [by_id[rec["id"]] for rec in recs]
     unfitted = np.array([[float(rec["engine_unfitted_ttft_ms"]),
                           float(rec["engine_unfitted_tpot_ms"])] for rec in recs])
-    resolved, prefill_s = resolve_all(rows, args.data)
-    models = [res.pools[0].instance.oracle.model for res in resolved]
-    units = held_out_units([r.model for r in rows], args.data)
-    unit, counted = [units[r.model] for r in rows], distinct_measurements(rows)
-    preds = {form: held_out(rows, unfitted, [RowShape(scale(m.num_layers, m.hidden_size),
-                                                      m.expert_layers) for m in models],
-                            prefill_s, unit, counted)
+    resolved, prefill_s = resolve_all(rows, data)
+    units = held_out_units([r.model for r in rows], data)
+    return dict(rows=rows, unfitted=unfitted, prefill_s=prefill_s,
+                models=[res.pools[0].instance.oracle.model for res in resolved],
+                unit=[units[r.model] for r in rows], counted=distinct_measurements(rows))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    args = ap.parse_args()
+    inp = probe_inputs(args.data)
+    rows, unit = inp["rows"], inp["unit"]
+    preds = {form: held_out(rows, inp["unfitted"],
+                            [RowShape(scale(m.num_layers, m.hidden_size), m.expert_layers)
+                             for m in inp["models"]], inp["prefill_s"], unit, inp["counted"])
              for form, scale in FORMS.items()}
     OUT.write_text("\n".join([
         "# The prefill term per layer, or per layer and hidden unit (first order, held out)",
         "", f"Command: `python bench/e2e_prefill_width_probe.py`; rows: `{ROWS.name}`'s "
-        f"unfitted predictions ({len(rows):,} rows). First-order held-out errors run below "
-        "the simulated ones of the report (the simulator responds about 1.1x the slopes).",
+        f"unfitted predictions ({len(rows):,} rows). {FIRST_ORDER_CAVEAT}",
         "", *table(rows, unit, measured_means(rows), preds), ""]))
     print(f"wrote {OUT}")
 

@@ -122,6 +122,33 @@ def test_first_order_solve_matches_a_hand_computation():
     assert x[0] == pytest.approx(0.05, rel=1e-4)
 
 
+def test_a_run_far_off_barely_pulls_the_fit_whatever_the_start():
+    """Six runs, TTFT = 100 ms + 1000 x: five measure 150 ms (x = 0.05), one 1000 ms (an
+    engine that stalled). With r = ln(pred / measured) / 0.1 the Cauchy loss is stationary
+    where 5 psi(r_in) + psi(r_out) = 0, psi(r) = 2r / (1 + r^2) (every run's dr/dx is the
+    same and cancels); its root above 0.05 is solved here with brentq. Soft L1 (psi(r) =
+    2r / sqrt(1 + r^2)) would stop where the five runs sit 2 % high (x ~ 0.053). The Cauchy
+    loss has a second minimum near the stalled run (x ~ 0.85): started there, the fit still
+    finds the first, since it starts from the convex soft-L1 minimum."""
+    from scipy.optimize import brentq
+
+    from serveplan.estimator.runtime_fit import fit_first_order
+
+    jac = np.array([[[1000.0], [0.0]]] * 6)
+    measured = np.array([[150.0, 10.0]] * 5 + [[1000.0, 10.0]])
+
+    def psi_sum(x):
+        r_in, r_out = (np.log((100.0 + 1000.0 * x) / m) / 0.1 for m in (150.0, 1000.0))
+        return 5 * 2 * r_in / (1 + r_in**2) + 2 * r_out / (1 + r_out**2)
+
+    expected = brentq(psi_sum, 0.05, 0.2)
+    assert expected == pytest.approx(0.0502, abs=1e-4)  # 150 ms x e^0.00105 -> 0.05016
+    for start in (0.0, 0.9):  # the predictions given are those at the start
+        pred0 = np.array([[100.0 + 1000.0 * start, 10.0]] * 6)
+        x = fit_first_order(pred0, jac, measured, np.array([start]), np.array([1.0]))
+        assert x[0] == pytest.approx(expected, rel=1e-3)
+
+
 def test_a_term_that_moves_no_median_is_reported_not_fitted():
     """Predictions that ignore the per-layer sync term (as an async engine hides CPU work
     behind the GPU step) leave it at its start value, with why."""
