@@ -114,8 +114,9 @@ def robust_loss(pred: np.ndarray, measured: np.ndarray) -> float:
     :data:`LOSS_SCALE`, and a run many times further off pulls less the further it is, where
     soft L1 pulls it at a constant rate. So a model or a batch of runs the runtime does not
     explain (a stalled engine, a host slower than the rest) moves the terms little. Held
-    out, to first order on the shipped term sets, the change from soft L1 lowered the
-    median TTFT error of every engine (``bench/results/accuracy_e2e_notes.md``)."""
+    out, the change from soft L1 lowered every engine's median TTFT error to first order
+    and, simulated, vLLM's and TensorRT-LLM's but not SGLang's
+    (``bench/results/accuracy_e2e_notes.md``)."""
     r = _log_ratios(pred, measured)
     return float(np.sum(np.log1p(r * r)))
 
