@@ -163,7 +163,8 @@ class VersionEntry(BaseModel):
 class FitDomain(BaseModel):
     """The measured deployments a profile's terms were fitted on: their GPUs, their models
     (whether any was dense, any a mixture of experts, and the smallest and largest
-    model's parameters) and the engine versions they ran. A deployment outside them gets
+    model's parameters), the fewest and most GPUs an engine instance of theirs ran on, and
+    the engine versions they ran. A deployment outside them gets
     the terms all the same; :meth:`outside` says how it lies outside, so the simulation
     can say that its runtime is extrapolated."""
 
@@ -177,32 +178,46 @@ class FitDomain(BaseModel):
     versions: tuple[str, str] | None = None  # oldest and newest, where the rows say
     # smallest and largest model, billions of parameters (none: not recorded)
     params_b: tuple[float, float] | None = None
+    # fewest and most GPUs of one engine instance (a colocated instance, a prefill or a
+    # decode worker) among the runs (none: not recorded)
+    gpus_per_instance: tuple[int, int] | None = None
 
     @classmethod
-    def of(cls, source: str, gpus, models: dict, versions: tuple[str, str] | None = None
-           ) -> FitDomain:
+    def of(cls, source: str, gpus, models: dict, versions: tuple[str, str] | None = None,
+           instance_gpus=()) -> FitDomain:
         """The domain of runs on ``gpus`` of ``models`` (name -> ``ModelSpec``): which of
         dense and MoE they cover and their sizes are read from the specs (the size range
-        widened to a tenth of a billion, so that each fitted model lies inside it)."""
+        widened to a tenth of a billion, so that each fitted model lies inside it);
+        ``instance_gpus``: the GPUs of each of their engine instances (none: not recorded)."""
         sizes = [parameter_count(m) / 1e9 for m in models.values()]
         return cls(source=source, gpus=tuple(sorted(set(gpus))), models=tuple(sorted(models)),
                    dense=any(not m.is_moe for m in models.values()),
                    moe=any(m.is_moe for m in models.values()), versions=versions,
-                   params_b=(math.floor(10 * min(sizes)) / 10, math.ceil(10 * max(sizes)) / 10))
+                   params_b=(math.floor(10 * min(sizes)) / 10, math.ceil(10 * max(sizes)) / 10),
+                   gpus_per_instance=(min(instance_gpus), max(instance_gpus))
+                   if instance_gpus else None)
 
-    @field_validator("params_b")
+    @field_validator("params_b", "gpus_per_instance")
     @classmethod
-    def _size_range(cls, value):
+    def _range(cls, value, info):
         if value is not None and not 0 < value[0] <= value[1]:
-            raise ValueError(f"params_b must be (smallest, largest) > 0, got {list(value)}")
+            raise ValueError(f"{info.field_name} must be (smallest, largest) > 0, "
+                             f"got {list(value)}")
         return value
 
-    def outside(self, gpu_name: str, model, version: str | None = None) -> list[str]:
+    def outside(self, gpu_name: str, model, version: str | None = None,
+                instance_gpus: int | None = None) -> list[str]:
         """How a deployment of ``model`` (a ``ModelSpec``) on ``gpu_name`` at ``version``
-        (None: the profile's newest) lies outside the fitted runs; empty if it does not."""
+        (None: the profile's newest), ``instance_gpus`` GPUs an instance (None: not
+        checked), lies outside the fitted runs; empty if it does not."""
         how = []
         if gpu_name not in self.gpus:
             how.append(f"the GPU ({gpu_name}) is not among theirs ({', '.join(self.gpus)})")
+        if instance_gpus is not None and self.gpus_per_instance is not None:
+            low, high = self.gpus_per_instance
+            if not low <= instance_gpus <= high:
+                how.append(f"an instance runs on {instance_gpus} GPU(s); theirs on {low} to "
+                           f"{high}")
         kind, covered = ("dense", self.dense) if not model.is_moe else ("a MoE model", self.moe)
         if not covered:
             only = "MoE" if self.moe else "dense"
@@ -320,11 +335,13 @@ def _announce_extrapolation(engine: str, prof: RuntimeProfile, how: list[str]) -
 
 
 def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib: float,
-                   profile_path: str | Path | None = None, model=None) -> EngineRuntime:
+                   profile_path: str | Path | None = None, model=None,
+                   instance_gpus: int | None = None) -> EngineRuntime:
     """The version entry of ``engine`` for ``version`` on a GPU (name, memory): knob
     defaults with the engine's GPU-class rule applied, and the runtime terms. Given the
     ``model`` (a ``ModelSpec``), a deployment outside the runs the terms were fitted on
-    (:class:`FitDomain`) is announced once and recorded (``outside_fit``)."""
+    (:class:`FitDomain`; its instance size checked if ``instance_gpus`` is given) is
+    announced once and recorded (``outside_fit``)."""
     prof = load_runtime_profile(engine, profile_path)
     entry = prof.entry(version)
     defaults = entry.defaults.model_dump(exclude_none=True)
@@ -334,7 +351,7 @@ def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib:
         defaults.update(large.model_dump(exclude_none=True))
     how = []
     if model is not None and prof.domain is not None and prof.terms != RuntimeTerms():
-        how = prof.domain.outside(gpu_name, model, version)
+        how = prof.domain.outside(gpu_name, model, version, instance_gpus)
     if how:
         _announce_extrapolation(engine, prof, how)
     return EngineRuntime(engine, version or f"{entry.min}+", entry, defaults, prof.terms,

@@ -22,7 +22,8 @@ from serveplan.pools_config import (
     to_legacy,
 )
 
-__all__ = ["PDDeployment", "Pool", "gpus", "parse_deployment", "pool_gpus", "strategy_name"]
+__all__ = ["PDDeployment", "Pool", "gpus", "instance_gpus", "parse_deployment", "pool_gpus",
+           "strategy_name"]
 
 
 AnyDeployment = Deployment | PDDeployment
@@ -56,17 +57,18 @@ def strategy_name(d: AnyDeployment | PoolsDeployment) -> str:
     return f"{d.num_instances}m"
 
 
-def _instance_gpus(c: InstanceConfig) -> int:
+def instance_gpus(c: InstanceConfig) -> int:
+    """GPUs one instance of a pool runs on: its tensor, pipeline and attention-DP ranks."""
     return c.tp * c.pp * c.dp
 
 
 def pool_gpus(d: AnyDeployment | PoolsDeployment) -> list[tuple[str, int]]:
     """``[(gpu type as given, GPUs)]``, one entry per role pool of the deployment."""
     if isinstance(d, PoolsDeployment):
-        return [(p.gpu, p.count * _instance_gpus(p)) for p in d.pools]
+        return [(p.gpu, p.count * instance_gpus(p)) for p in d.pools]
     if isinstance(d, PDDeployment):
-        return [(p.gpu, p.num_instances * _instance_gpus(p)) for p in (d.prefill, d.decode)]
-    return [(d.gpu, d.num_instances * _instance_gpus(d))]
+        return [(p.gpu, p.num_instances * instance_gpus(p)) for p in (d.prefill, d.decode)]
+    return [(d.gpu, d.num_instances * instance_gpus(d))]
 
 
 def gpus(d: AnyDeployment | PoolsDeployment) -> int:

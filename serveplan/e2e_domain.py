@@ -4,7 +4,8 @@ A runtime profile's terms (:mod:`serveplan.e2e_fit`) are fitted on the end-to-en
 one engine. They carry to a deployment like those rows' and are a guess for one unlike
 them: the shipped SGLang terms, for one, come from large MoE models on Blackwell GPUs only.
 :func:`fit_domain` summarises the rows -- their GPUs, their models, whether any model was
-dense and any a mixture of experts, the engine versions they ran -- into the profile's
+dense and any a mixture of experts, the GPUs of their engine instances, the engine
+versions they ran -- into the profile's
 ``domain`` (:class:`~serveplan.estimator.runtime.FitDomain`), which the simulation checks
 every deployment of the engine against.
 """
@@ -14,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from serveplan.deployments import instance_gpus
+from serveplan.e2e import deployment
 from serveplan.e2e_served import served
 from serveplan.e2e_versions import engine_version
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
 from serveplan.estimator.runtime import FitDomain, parse_version
+from serveplan.pools_config import to_pools
 
 __all__ = ["DOMAIN_SOURCE", "fit_domain"]
 
@@ -27,7 +31,9 @@ DOMAIN_SOURCE = "measured runs of e2e/aic_silicon_blackwell (InferenceX's export
 def fit_domain(rows: Sequence, data_dir: Path, source: str = DOMAIN_SOURCE) -> FitDomain:
     """The domain of terms fitted on ``rows`` (one engine's expressible
     :class:`~serveplan.e2e.E2ERow`): GPU names as the catalog spells them, HF model ids,
-    and the oldest and newest engine release the rows ran (release numbers only, as
+    the GPUs of every instance the rows ran (a colocated instance, a prefill or a decode
+    worker, as :func:`~serveplan.e2e.deployment` rebuilds it), and the oldest and newest
+    engine release the rows ran (release numbers only, as
     :func:`~serveplan.estimator.runtime.parse_version` compares them; a nightly build adds
     none)."""
     if not rows:
@@ -36,5 +42,6 @@ def fit_domain(rows: Sequence, data_dir: Path, source: str = DOMAIN_SOURCE) -> F
     versions = sorted({parse_version(v) for r in rows
                        if (v := engine_version(r.engine, r.version, r.measured)) is not None})
     span = tuple(".".join(map(str, v)) for v in (versions[0], versions[-1])) if versions else None
+    sizes = [instance_gpus(p) for r in rows for p in to_pools(deployment(r, data_dir)).pools]
     return FitDomain.of(f"{len(rows):,} {source}, each run once",
-                        {resolve_gpu(r.system).name for r in rows}, specs, span)
+                        {resolve_gpu(r.system).name for r in rows}, specs, span, sizes)

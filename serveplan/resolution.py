@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from serveplan.afd import ResolvedFFN, afd_cost, describe_afd, ffn_max_tokens, resolve_ffn
-from serveplan.deployments import strategy_name
+from serveplan.deployments import instance_gpus, strategy_name
 from serveplan.estimator.catalog import resolve_gpu, resolve_model
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
@@ -168,7 +168,8 @@ def _engine_runtime(d: Deployment, gpu: GPUSpec) -> EngineRuntime | None:
     if d.engine is None:
         return None
     return engine_runtime(d.engine, d.engine_version, gpu.name, gpu.memory_bytes / 2**30,
-                          d.runtime_profile, model=resolve_model(instance_model(d)))
+                          d.runtime_profile, model=resolve_model(instance_model(d)),
+                          instance_gpus=instance_gpus(d))
 
 
 def _knob(d: Deployment, name: str, rt: EngineRuntime | None, fallback=None):

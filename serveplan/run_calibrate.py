@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serveplan.deployments import instance_gpus
 from serveplan.e2e import with_terms
 from serveplan.estimator.runtime import FitDomain, RuntimeTerms, load_runtime_profile
 from serveplan.estimator.runtime_fit import FIT_TERMS, FitResult, fit_terms
@@ -133,11 +134,13 @@ def leave_one_run_out(cases: list[RunCase], base: RuntimeTerms, names=FIT_TERMS,
 
 
 def runs_domain(cases: list[RunCase]) -> FitDomain:
-    """The runs' GPUs and models as the calibrated profile's fit domain (no release range:
-    a run's deployment need not name its engine version)."""
-    oracles = [p.instance.oracle for c in cases for p in c.resolved.pools]
+    """The runs' GPUs, models and instance sizes as the calibrated profile's fit domain (no
+    release range: a run's deployment need not name its engine version)."""
+    instances = [p.instance for c in cases for p in c.resolved.pools]
+    oracles = [i.oracle for i in instances]
     return FitDomain.of(f"{len(cases)} benchmark run(s) given to serveplan calibrate --runs",
-                        {o.gpu.name for o in oracles}, {o.model.name: o.model for o in oracles})
+                        {o.gpu.name for o in oracles}, {o.model.name: o.model for o in oracles},
+                        instance_gpus=[instance_gpus(i.deployment) for i in instances])
 
 
 def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -> str:

@@ -200,6 +200,7 @@ def test_calibrate_runs_command(written_run, tmp_path):
     domain = json.loads(out.read_text())["domain"]
     assert domain["gpus"] == ["h100"] and domain["models"] == ["llama-3.1-8b"]
     assert domain["dense"] and not domain["moe"] and runtime.outside_fit == ()
+    assert domain["gpus_per_instance"] == [1, 1]  # one H100 an instance (tp 1)
 
 
 def test_pd_deployment_itls_tile_the_decode_span(tmp_path):

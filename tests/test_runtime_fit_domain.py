@@ -19,6 +19,7 @@ from serveplan.estimator import runtime
 from serveplan.estimator.catalog import resolve_model
 from serveplan.estimator.memory import parameter_count
 from serveplan.estimator.runtime import FitDomain, engine_runtime, load_runtime_profile
+from serveplan.resolution import resolve
 
 DOMAIN = FitDomain(source="12 measured runs", gpus=("b200", "b300"),
                    models=("deepseek-ai/DeepSeek-V3",), dense=False, moe=True,
@@ -140,3 +141,38 @@ def test_the_size_range_holds_every_fitted_model():
 def test_a_size_range_upside_down_is_refused():
     with pytest.raises(ValidationError, match="params_b"):
         FitDomain(**{**DOMAIN.model_dump(), "params_b": (70.0, 8.0)})
+
+
+def test_an_instance_outside_the_fitted_sizes_is_named():
+    sized = DOMAIN.model_copy(update={"gpus_per_instance": (4, 32)})
+    moe = resolve_model("deepseek-v3")
+    assert sized.outside("b200", moe, "0.5.9", 8) == []
+    assert sized.outside("b200", moe, "0.5.9", 32) == []  # the ends are inside
+    assert sized.outside("b200", moe, "0.5.9", 1) == [
+        "an instance runs on 1 GPU(s); theirs on 4 to 32"]
+    assert sized.outside("b200", moe, "0.5.9", 64) == [
+        "an instance runs on 64 GPU(s); theirs on 4 to 32"]
+    assert sized.outside("b200", moe, "0.5.9") == []  # not given: not checked
+
+
+def test_the_instance_range_is_the_runs_fewest_and_most():
+    models = {"llama-3.1-70b": resolve_model("llama-3.1-70b")}
+    assert FitDomain.of("3 runs", ["h100"], models, instance_gpus=[8, 2, 4]
+                        ).gpus_per_instance == (2, 8)
+    assert FitDomain.of("3 runs", ["h100"], models).gpus_per_instance is None
+    with pytest.raises(ValidationError, match="gpus_per_instance"):
+        FitDomain(**{**DOMAIN.model_dump(), "gpus_per_instance": (8, 2)})
+
+
+def test_resolution_checks_an_instance_of_tp_x_pp_x_dp_gpus(tmp_path):
+    """A pool at tp 2, pp 2 (dp 1) runs 4 GPUs an instance: outside a domain of 8 to 8."""
+    prof = load_runtime_profile("vllm").model_dump(mode="json")
+    domain = FitDomain.of("2 runs", ["h100"], {"llama-3.1-8b": resolve_model("llama-3.1-8b")},
+                          instance_gpus=[8])
+    prof.update(terms={"frontend_output_s": 0.02}, domain=domain.model_dump(mode="json"))
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(prof))
+    pool = {"role": "colocated", "model": "llama-3.1-8b", "gpu": "h100", "engine": "vllm",
+            "tp": 2, "pp": 2, "runtime_profile": str(path), "max_model_len": 4096}
+    runtime = resolve({"pools": [pool]}).pools[0].instance.runtime
+    assert runtime.outside_fit == ("an instance runs on 4 GPU(s); theirs on 8 to 8",)
