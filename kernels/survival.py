@@ -223,11 +223,12 @@ def survival_at_ref(surv, delta, lengths, out):
 
 
 def conditional_survival_ref(surv, delta, l_now, l_future, out):
-    """NumPy reference of :func:`conditional_survival`."""
-    den = survival_step_ref(surv, delta, l_now)
-    num = survival_step_ref(surv, delta, l_future)
-    p = np.minimum(num / np.where(den > 0.0, den, 1.0), 1.0)
-    out[:] = np.where(den > 0.0, p, 1.0)
+    """NumPy reference of :func:`conditional_survival`. Survivals are floored at
+    :data:`TINY`, as the kernels' tables hold them, so where ``S(l_now)`` is 0 (or below
+    TINY, and ``S(l_future)`` with it) the answer is 1."""
+    den = np.maximum(survival_step_ref(surv, delta, l_now), TINY)
+    num = np.maximum(survival_step_ref(surv, delta, l_future), TINY)
+    out[:] = np.minimum(num / den, 1.0)
 
 
 def projected_active_load_ref(surv, delta, instance, l_in, l_now, rate, horizon, out):

@@ -245,3 +245,15 @@ def test_km_prior_seeds_online_estimator():
         max_length=2000, delta=100.0, alpha=0.99, initial=km.bucket_prior(100.0, 20)
     )
     assert np.allclose(est.surv, np.exp(-est.boundaries / 400.0), atol=0.01)
+
+
+def test_a_survival_below_tiny_counts_as_zero():
+    """S = [1, 1e-308, 0] on steps of 25: at 60 the estimator holds 1e-308, below the
+    tables' floor (2^-1000), so S(60) counts as 0 and P(survive 60 -> 80) is 1, as where
+    S(60) is 0 exactly (the case hypothesis found: kernel 1, reference 0 before)."""
+    surv = np.array([1.0, 1e-308, 0.0])
+    now, future = np.array([60.0]), np.array([80.0])
+    for fn in (K.conditional_survival, K.conditional_survival_ref):
+        out = np.empty(1)
+        fn(surv, 25.0, now, future, out)
+        assert out[0] == 1.0
