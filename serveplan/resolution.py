@@ -18,13 +18,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from serveplan.afd import ResolvedFFN, afd_cost, describe_afd, ffn_max_tokens, resolve_ffn
-from serveplan.deployments import instance_gpus, strategy_name
-from serveplan.estimator.catalog import resolve_gpu, resolve_model
+from serveplan.deployments import strategy_name
+from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.engine_memory import plan_engine_memory
 from serveplan.estimator.memory import default_block_size
-from serveplan.estimator.oracle import CostOracle, sglang_cuda_graph_sizes, trtllm_cuda_graph_sizes
-from serveplan.estimator.runtime import DP_SHARED_LIMITS, EngineRuntime, engine_runtime
-from serveplan.estimator.specs import GPUSpec, Parallelism
+from serveplan.estimator.oracle import CostOracle
+from serveplan.estimator.runtime import EngineRuntime
+from serveplan.estimator.specs import Parallelism
+from serveplan.instance_knobs import (
+    allreduce_fusion,
+    dp_rank_share,
+    graph_padding,
+    graph_sizes,
+    instance_runtime,
+    knob,
+)
 from serveplan.pools_config import (
     MAX_BLOCKS,
     AnyDeployment,
@@ -76,7 +84,7 @@ class ResolvedDeployment:
 
     @property
     def scheduler(self) -> str:
-        return _knob(self.deployment, "scheduler", self.runtime)
+        return knob(self.deployment, "scheduler", self.runtime)
 
     @property
     def dp_tokens(self) -> DPTokens:
@@ -164,28 +172,6 @@ def _kv_blocks(d: InstanceConfig, oracle: CostOracle, mnbt: int, max_len: int,
     return plan.kv_tokens // block_size + 1, plan.as_dict()
 
 
-def _engine_runtime(d: Deployment, gpu: GPUSpec) -> EngineRuntime | None:
-    if d.engine is None:
-        return None
-    return engine_runtime(d.engine, d.engine_version, gpu.name, gpu.memory_bytes / 2**30,
-                          d.runtime_profile, model=resolve_model(instance_model(d)),
-                          instance_gpus=instance_gpus(d))
-
-
-def _knob(d: Deployment, name: str, rt: EngineRuntime | None, fallback=None):
-    """A knob as the user set it, else the engine's default, else the config default (or
-    ``fallback`` where the config has none)."""
-    if name in d.model_fields_set or rt is None:
-        value = getattr(d, name)
-    elif name == "scheduler":
-        return rt.entry.scheduler
-    elif name in ("async_scheduling", "num_scheduler_steps"):
-        return getattr(rt.entry, name)
-    else:
-        value = rt.defaults.get(name, getattr(d, name))
-    return fallback if value is None else value
-
-
 def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier | None:
     """The instance's CPU KV tier (:mod:`serveplan.kv_offload`): its host bytes in blocks
     of ``block_size`` tokens of every rank's KV, priced over the GPU's host link."""
@@ -213,42 +199,6 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
     return tier
 
 
-def _graph_sizes(d: Deployment, rt: EngineRuntime | None, gpu: GPUSpec,
-                 padding: bool) -> list[int] | None:
-    """The instance's CUDA-graph capture sizes: as given, else the engine's own default
-    (SGLang's by GPU memory and tp, TensorRT-LLM's by ``padding``), else None (the
-    oracle's vLLM default)."""
-    if d.cuda_graph_sizes is not None or rt is None or rt.engine == "vllm":
-        return d.cuda_graph_sizes
-    if rt.engine == "trtllm":
-        return trtllm_cuda_graph_sizes(padding=padding)
-    gib = gpu.memory_bytes / 2**30
-    return sglang_cuda_graph_sizes(gib, d.tp, speculative=d.speculative is not None)
-
-
-def _graph_padding(d: Deployment, rt: EngineRuntime | None) -> bool:
-    """Whether a decode step pads to the next capture size: as given, else all engines'
-    default but TensorRT-LLM's (``cuda_graph_config.enable_padding`` False)."""
-    if d.cuda_graph_padding is not None:
-        return d.cuda_graph_padding
-    return rt is None or rt.engine != "trtllm"
-
-
-def _allreduce_fusion(d: Deployment, rt: EngineRuntime | None) -> bool:
-    """Norms fused into the all-reduces: as given, else the engine's default; never under
-    attention DP (TensorRT-LLM's ``enable_fusion`` excludes it)."""
-    return bool(_knob(d, "allreduce_fusion", rt)) and d.dp == 1
-
-
-def _dp_rank_share(rt: EngineRuntime | None, d: Deployment, value: int, page: int = 1) -> int:
-    """One attention data-parallel rank's share of a server-wide limit
-    (:data:`~serveplan.estimator.runtime.DP_SHARED_LIMITS`; a chunk kept to whole pages of
-    ``page`` tokens)."""
-    if rt is None or rt.engine not in DP_SHARED_LIMITS or d.dp == 1:
-        return value
-    return max(page, value // d.dp // page * page)
-
-
 def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeployment:
     """Fill the engine's defaults (vLLM's without an engine) and size the KV cache of one
     instance type (``weights_role: attention``: an attention instance, without the FFN).
@@ -256,26 +206,26 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
     ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
     """
     gpu = resolve_gpu(d.gpu)
-    rt = _engine_runtime(d, gpu)
-    max_num_seqs = _dp_rank_share(rt, d, _knob(d, "max_num_seqs", rt))
-    padding = _graph_padding(d, rt)
+    rt = instance_runtime(d, gpu)
+    max_num_seqs = dp_rank_share(rt, d, knob(d, "max_num_seqs", rt))
+    padding = graph_padding(d, rt)
     oracle = CostOracle(instance_model(d), gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
                         dtype=instance_dtype(d), kv_dtype=d.kv_dtype, cuda_graph=d.cuda_graph,
                         piecewise_cuda_graph=rt is not None and rt.entry.piecewise_cuda_graph,
                         profile=d.profile, max_num_seqs=max_num_seqs, moe_routing=d.moe_routing,
                         decode_query_len=1 + (d.speculative.num_speculative_tokens
                                               if d.speculative else 0),
-                        graph_sizes=_graph_sizes(d, rt, gpu, padding), graph_padding=padding,
-                        allreduce_fusion=_allreduce_fusion(d, rt),
+                        graph_sizes=graph_sizes(d, rt, gpu, padding), graph_padding=padding,
+                        allreduce_fusion=allreduce_fusion(d, rt),
                         ).with_runtime(*(rt.terms.oracle_terms() if rt is not None else ()))
     max_len = d.max_model_len or oracle.model.max_position_embeddings
-    scheduler = _knob(d, "scheduler", rt)
+    scheduler = knob(d, "scheduler", rt)
     policy = POLICIES[scheduler]
-    chunked = _knob(d, "enable_chunked_prefill", rt) and policy != Policy.PREFILL_PRIORITY
-    mnbt = _knob(d, "max_num_batched_tokens", rt) if chunked or "max_num_batched_tokens" in \
+    chunked = knob(d, "enable_chunked_prefill", rt) and policy != Policy.PREFILL_PRIORITY
+    mnbt = knob(d, "max_num_batched_tokens", rt) if chunked or "max_num_batched_tokens" in \
         d.model_fields_set else None
-    block_size = _knob(d, "block_size", rt) or default_block_size(oracle.model)
-    mnbt = _dp_rank_share(rt, d, mnbt or (8192 if chunked else max(max_len, 2048)), block_size)
+    block_size = knob(d, "block_size", rt) or default_block_size(oracle.model)
+    mnbt = dp_rank_share(rt, d, mnbt or (8192 if chunked else max(max_len, 2048)), block_size)
     if not chunked and mnbt < max_len and not scheduler.startswith("trtllm"):  # vLLM only
         raise ValueError(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}): "
@@ -283,27 +233,27 @@ def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeplo
             f"max_num_batched_tokens, lower max_model_len or enable chunked prefill")
     num_blocks, memory = _kv_blocks(d, oracle, mnbt, max_len, block_size, max_num_seqs,
                                     rt.engine if rt is not None else "vllm", weights_role,
-                                    bool(_knob(d, "enable_prefix_caching", rt)))
+                                    bool(knob(d, "enable_prefix_caching", rt)))
     if memory is not None and memory.get("state_request_cap"):
         max_num_seqs = min(max_num_seqs, memory["state_request_cap"])
     spec = resolve_speculative(d.speculative, oracle, d, max_num_seqs)
     if spec is not None and memory is not None and memory.get("engine") == "vllm":
         num_blocks = kv_blocks_with_drafter(memory, spec, oracle.model)
-    watermark = _knob(d, "watermark", rt, 0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
+    watermark = knob(d, "watermark", rt, 0.01 if policy == Policy.PREFILL_PRIORITY else 0.0)
     params = EngineParams(
         num_gpu_blocks=num_blocks - 1, policy=policy, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt, block_size=block_size,
-        enable_prefix_caching=_knob(d, "enable_prefix_caching", rt),
+        enable_prefix_caching=knob(d, "enable_prefix_caching", rt),
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=d.long_prefill_token_threshold, watermark=watermark,
-        max_model_len=max_len, async_scheduling=_knob(d, "async_scheduling", rt, False),
-        num_scheduler_steps=_knob(d, "num_scheduler_steps", rt, 1),
-        enable_mixed_chunk=_knob(d, "enable_mixed_chunk", rt, False),
-        scheduler_recv_interval=_knob(d, "scheduler_recv_interval", rt, 1),
-        batch_wait_timeout_iters=_knob(d, "batch_wait_timeout_iters", rt, 0),
-        batch_wait_max_tokens_ratio=_knob(d, "batch_wait_max_tokens_ratio", rt, 0.0),
-        new_token_ratio=_knob(d, "new_token_ratio", rt, 0.0),
-        schedule_policy=_knob(d, "schedule_policy", rt, "fcfs"),
+        max_model_len=max_len, async_scheduling=knob(d, "async_scheduling", rt, False),
+        num_scheduler_steps=knob(d, "num_scheduler_steps", rt, 1),
+        enable_mixed_chunk=knob(d, "enable_mixed_chunk", rt, False),
+        scheduler_recv_interval=knob(d, "scheduler_recv_interval", rt, 1),
+        batch_wait_timeout_iters=knob(d, "batch_wait_timeout_iters", rt, 0),
+        batch_wait_max_tokens_ratio=knob(d, "batch_wait_max_tokens_ratio", rt, 0.0),
+        new_token_ratio=knob(d, "new_token_ratio", rt, 0.0),
+        schedule_policy=knob(d, "schedule_policy", rt, "fcfs"),
         **(d.attention_dp_config.engine_knobs() if d.attention_dp_config else {}))
     return ResolvedDeployment(d, oracle, params, memory, rt, _cpu_tier(d, oracle, block_size),
                               spec)
