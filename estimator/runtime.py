@@ -24,6 +24,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -184,7 +185,7 @@ class FitDomain(BaseModel):
 
     @classmethod
     def of(cls, source: str, gpus, models: dict, versions: tuple[str, str] | None = None,
-           instance_gpus=()) -> FitDomain:
+           instance_gpus: Sequence[int] = ()) -> FitDomain:
         """The domain of runs on ``gpus`` of ``models`` (name -> ``ModelSpec``): which of
         dense and MoE they cover and their sizes are read from the specs (the size range
         widened to a tenth of a billion, so that each fitted model lies inside it);
