@@ -32,27 +32,44 @@ _MISMATCH = ("_type", "_parsing")  # "not this alternative of a union"
 
 
 @functools.cache
-def _union_tags() -> frozenset[str]:
-    """Tags of the config's discriminated unions (``poisson``, ``lognormal``, ...): pydantic
-    puts them in error locations, where they are not fields."""
+def _tags_by_discriminator() -> dict[str, tuple[str, ...]]:
+    """The tags of the config's discriminated unions by the field that carries them
+    (``kind``: ``poisson``, ``gamma``, ...; ``dist``: ``lognormal``, ...)."""
     try:
         from serveplan.config import SimulationConfig
 
         schema = SimulationConfig.model_json_schema()
     except Exception:  # noqa: BLE001 - a schema problem must not hide the user's error
-        return frozenset()
-    tags: set[str] = set()
+        return {}
+    tags: dict[str, list[str]] = {}
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             disc = node.get("discriminator")
             if isinstance(disc, dict):
-                tags.update(disc.get("mapping", {}))
+                known = tags.setdefault(disc.get("propertyName", ""), [])
+                known.extend(t for t in disc.get("mapping", {}) if t not in known)
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return frozenset(tags)
+    return {name: tuple(found) for name, found in tags.items()}
+
+
+@functools.cache
+def _union_tags() -> frozenset[str]:
+    """Tags of the config's discriminated unions: pydantic puts them in error locations,
+    where they are not fields."""
+    return frozenset(t for found in _tags_by_discriminator().values() for t in found)
+
+
+def _missing_tag(loc: list, err: dict) -> str:
+    """``kind`` missing from a mapping of a discriminated union: name the field and its
+    choices instead of pydantic's "Unable to extract tag using discriminator 'kind'"."""
+    name = str(err.get("ctx", {}).get("discriminator", "")).strip("'")
+    loc.append(name)
+    choices = _tags_by_discriminator().get(name)
+    return "Field required" + (f" (one of {', '.join(choices)})" if choices else "")
 
 
 def _is_label(part) -> bool:
@@ -72,6 +89,8 @@ def _clean(err: dict) -> tuple[tuple, tuple | None, str]:
         else:
             loc.append(part)
     msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    if err.get("type") == "union_tag_not_found" and isinstance(err.get("input"), dict):
+        msg = _missing_tag(loc, err)
     value = err.get("input")
     if err.get("type") in _GOT or str(err.get("type", "")).endswith(_MISMATCH):
         if isinstance(value, (int, float, str, bool)) or value is None:
@@ -102,7 +121,8 @@ def format_validation_error(exc: ValidationError, source: Path | None = None) ->
             continue
         line = f"{dotted(loc)}: {msg}"
         if source is not None:
-            n = yaml_line(source, loc, err.get("input"), missing=err.get("type") == "missing")
+            n = yaml_line(source, loc, err.get("input"),
+                          missing=err.get("type") in ("missing", "union_tag_not_found"))
             line += f" ({source} line {n})" if n else ""
         if line not in lines:
             lines.append(line)

@@ -121,6 +121,20 @@ def test_union_error_keeps_the_alternative_that_explains_it():
     assert "tagged-union" not in line and "valid integer" not in line
 
 
+def test_missing_union_tag_names_the_field_and_its_choices(tmp_path):
+    data = yaml.safe_load((EXAMPLES / "llama8b-h100.yaml").read_text())
+    del data["workload"]["kind"]
+    cfg = tmp_path / "no-kind.yaml"
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    line_no = cfg.read_text().splitlines().index("workload:") + 1
+    line = one_error(run("simulate", cfg), "workload.kind: Field required (one of ",
+                     "closed-loop", "poisson", "vllm-bench-serve", f"({cfg} line {line_no})")
+    assert "discriminator" not in line
+    one_error(run("simulate", EXAMPLES / "llama8b-h100.yaml", "--set",
+                  "workload.isl={mean: 300}"),
+              "workload.isl.dist: Field required (one of ", "lognormal", "uniform")
+
+
 def test_yaml_value_error_cites_file_and_line(tmp_path):
     data = yaml.safe_load((EXAMPLES / "llama8b-h100.yaml").read_text())
     data["workload"]["rate"] = -3
