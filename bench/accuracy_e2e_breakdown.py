@@ -73,6 +73,16 @@ def verdict(before, after) -> str:
             f"{100 * after[0]:.1f}/{100 * after[1]:.1f} %")
 
 
+def before_after(before: float, after: float) -> str:
+    """``"6.3 -> 6.4 %"`` for two fractions: one decimal of a percent, or as many more (up
+    to three) as it takes for two different figures not to print alike."""
+    for digits in (1, 2, 3):
+        b, a = f"{100 * before:.{digits}f}", f"{100 * after:.{digits}f}"
+        if b != a:
+            break
+    return f"{b} -> {a} %"
+
+
 def worse_models(rows, idx, before, after) -> list[str]:
     """The models among ``rows[idx]`` whose median |error| of TTFT or TPOT is higher in
     ``after`` than in ``before`` (predictions of those rows, in order), with the figures."""
@@ -81,7 +91,7 @@ def worse_models(rows, idx, before, after) -> list[str]:
     for m in sorted({rows[k].model for k in idx}):
         at = [j for j, k in enumerate(idx) if rows[k].model == m]
         b, a = (med_abs(p[at], meas[at]) for p in (before, after))
-        parts = [f"{name} {100 * b[j]:.1f} -> {100 * a[j]:.1f} %"
+        parts = [f"{name} {before_after(b[j], a[j])}"
                  for j, name in enumerate(("TTFT", "TPOT")) if a[j] > b[j]]
         if parts:
             worse.append(f"{m}: {', '.join(parts)}")

@@ -74,3 +74,20 @@ def test_light_load_gaps_by_hand(breakdown):
     assert first["gap_ms"] == pytest.approx(130.0)
     assert first["gap_steps"] == pytest.approx(9.0)
     assert table[1]["gap_steps"] == pytest.approx(5.0)
+
+
+def test_a_small_rise_prints_with_the_digits_that_show_it(breakdown):
+    assert breakdown.before_after(0.1234, 0.2) == "12.3 -> 20.0 %"
+    assert breakdown.before_after(0.06301, 0.06349) == "6.30 -> 6.35 %"
+    assert breakdown.before_after(0.063001, 0.063004) == "6.300 -> 6.300 %"  # three at most
+
+
+def test_worse_models_lists_only_the_models_whose_error_rose(breakdown):
+    rows = [E2ERow(id=f"{m}{k}", engine="vllm", version="1", model=m, system="b200_sxm",
+                   precision="fp8", mode="agg", isl=1024, osl=1024, concurrency=4,
+                   tp=1, pp=1, dp=1, ep=1, ttft_ms=100.0, tpot_ms=10.0)
+            for m in ("a", "b") for k in range(2)]
+    before = np.array([[110.0, 10.63]] * 2 + [[130.0, 11.0]] * 2)  # TTFT +10 / +30 %
+    after = np.array([[120.0, 10.634]] * 2 + [[110.0, 10.5]] * 2)  # a rises, b falls
+    assert breakdown.worse_models(rows, [0, 1, 2, 3], before, after) == [
+        "a: TTFT 10.0 -> 20.0 %, TPOT 6.30 -> 6.34 %"]
