@@ -161,11 +161,19 @@ class VersionEntry(BaseModel):
         return lo <= version and (self.max is None or version < parse_version(self.max))
 
 
+MODES = {False: "colocated", True: "disaggregated"}
+"""A fit domain's name for how a deployment serves, by whether it is disaggregated."""
+DOMAIN_ASPECTS = ("gpu", "mode", "instance", "kind", "size", "version")
+"""What :meth:`FitDomain.outside_by_aspect` checks: the GPU, colocated or disaggregated, the
+GPUs an instance, dense or MoE, the model's parameters, the engine release."""
+
+
 class FitDomain(BaseModel):
     """The measured deployments a profile's terms were fitted on: their GPUs, their models
     (whether any was dense, any a mixture of experts, and the smallest and largest
-    model's parameters), the fewest and most GPUs an engine instance of theirs ran on, and
-    the engine versions they ran. A deployment outside them gets
+    model's parameters), the fewest and most GPUs an engine instance of theirs ran on,
+    whether they ran colocated or disaggregated, and the engine versions they ran. A
+    deployment outside them gets
     the terms all the same; :meth:`outside` says how it lies outside, so the simulation
     can say that its runtime is extrapolated."""
 
@@ -182,21 +190,27 @@ class FitDomain(BaseModel):
     # fewest and most GPUs of one engine instance (a colocated instance, a prefill or a
     # decode worker) among the runs (none: not recorded)
     gpus_per_instance: tuple[int, int] | None = None
+    # how the runs served: colocated, disaggregated (prefill/decode) or both (none: not
+    # recorded)
+    modes: tuple[Literal["colocated", "disaggregated"], ...] | None = None
 
     @classmethod
     def of(cls, source: str, gpus, models: dict, versions: tuple[str, str] | None = None,
-           instance_gpus: Sequence[int] = ()) -> FitDomain:
+           instance_gpus: Sequence[int] = (), disaggregated: Sequence[bool] = ()) -> FitDomain:
         """The domain of runs on ``gpus`` of ``models`` (name -> ``ModelSpec``): which of
         dense and MoE they cover and their sizes are read from the specs (the size range
         widened to a tenth of a billion, so that each fitted model lies inside it);
-        ``instance_gpus``: the GPUs of each of their engine instances (none: not recorded)."""
+        ``instance_gpus``: the GPUs of each of their engine instances, ``disaggregated``:
+        whether each run was (either empty: not recorded)."""
         sizes = [parameter_count(m) / 1e9 for m in models.values()]
         return cls(source=source, gpus=tuple(sorted(set(gpus))), models=tuple(sorted(models)),
                    dense=any(not m.is_moe for m in models.values()),
                    moe=any(m.is_moe for m in models.values()), versions=versions,
                    params_b=(math.floor(10 * min(sizes)) / 10, math.ceil(10 * max(sizes)) / 10),
                    gpus_per_instance=(min(instance_gpus), max(instance_gpus))
-                   if instance_gpus else None)
+                   if instance_gpus else None,
+                   modes=tuple(MODES[flag] for flag in (False, True) if flag in disaggregated)
+                   or None)
 
     @field_validator("params_b", "gpus_per_instance")
     @classmethod
@@ -206,34 +220,54 @@ class FitDomain(BaseModel):
                              f"got {list(value)}")
         return value
 
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, value):
+        if value is not None and (not value or len(set(value)) < len(value)):
+            raise ValueError("modes must name colocated, disaggregated or both, once each")
+        return value
+
     def outside(self, gpu_name: str, model, version: str | None = None,
-                instance_gpus: int | None = None) -> list[str]:
+                instance_gpus: int | None = None, disaggregated: bool | None = None,
+                ) -> list[str]:
         """How a deployment of ``model`` (a ``ModelSpec``) on ``gpu_name`` at ``version``
-        (None: the profile's newest), ``instance_gpus`` GPUs an instance (None: not
-        checked), lies outside the fitted runs; empty if it does not."""
-        how = []
+        (None: the profile's newest), ``instance_gpus`` GPUs an instance and
+        ``disaggregated`` or not (None: either not checked), lies outside the fitted runs;
+        empty if it does not."""
+        return list(self.outside_by_aspect(gpu_name, model, version, instance_gpus,
+                                           disaggregated).values())
+
+    def outside_by_aspect(self, gpu_name: str, model, version: str | None = None,
+                          instance_gpus: int | None = None,
+                          disaggregated: bool | None = None) -> dict[str, str]:
+        """:meth:`outside`'s findings by the aspect they concern (one of
+        :data:`DOMAIN_ASPECTS`), in that order."""
+        how = {}
         if gpu_name not in self.gpus:
-            how.append(f"the GPU ({gpu_name}) is not among theirs ({', '.join(self.gpus)})")
+            how["gpu"] = f"the GPU ({gpu_name}) is not among theirs ({', '.join(self.gpus)})"
+        if (disaggregated is not None and self.modes is not None
+                and MODES[disaggregated] not in self.modes):
+            how["mode"] = f"it runs {MODES[disaggregated]}; theirs ran {self.modes[0]} only"
         if instance_gpus is not None and self.gpus_per_instance is not None:
             low, high = self.gpus_per_instance
             if not low <= instance_gpus <= high:
-                how.append(f"an instance runs on {instance_gpus} GPU(s); theirs on {low} to "
-                           f"{high}")
+                how["instance"] = (f"an instance runs on {instance_gpus} GPU(s); theirs on "
+                                   f"{low} to {high}")
         kind, covered = ("dense", self.dense) if not model.is_moe else ("a MoE model", self.moe)
         if not covered:
             only = "MoE" if self.moe else "dense"
-            how.append(f"{model.name} is {kind}; they were {only} models only "
-                       f"({', '.join(m.split('/')[-1] for m in self.models)})")
+            how["kind"] = (f"{model.name} is {kind}; they were {only} models only "
+                           f"({', '.join(m.split('/')[-1] for m in self.models)})")
         if self.params_b is not None:
             size, (low, high) = parameter_count(model) / 1e9, self.params_b
             if not low <= size <= high:
-                how.append(f"{model.name} has {size:,.1f} B parameters; theirs had "
-                           f"{low:,.1f} to {high:,.1f} B")
+                how["size"] = (f"{model.name} has {size:,.1f} B parameters; theirs had "
+                               f"{low:,.1f} to {high:,.1f} B")
         if version is not None and self.versions is not None and not (
                 parse_version(self.versions[0]) <= parse_version(version)
                 <= parse_version(self.versions[1])):
-            how.append(f"version {version} is outside theirs ({self.versions[0]} to "
-                       f"{self.versions[1]})")
+            how["version"] = (f"version {version} is outside theirs ({self.versions[0]} to "
+                              f"{self.versions[1]})")
         return how
 
 
@@ -337,12 +371,14 @@ def _announce_extrapolation(engine: str, prof: RuntimeProfile, how: list[str]) -
 
 def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib: float,
                    profile_path: str | Path | None = None, model=None,
-                   instance_gpus: int | None = None) -> EngineRuntime:
+                   instance_gpus: int | None = None,
+                   disaggregated: bool | None = None) -> EngineRuntime:
     """The version entry of ``engine`` for ``version`` on a GPU (name, memory): knob
     defaults with the engine's GPU-class rule applied, and the runtime terms. Given the
     ``model`` (a ``ModelSpec``), a deployment outside the runs the terms were fitted on
-    (:class:`FitDomain`; its instance size checked if ``instance_gpus`` is given) is
-    announced once and recorded (``outside_fit``)."""
+    (:class:`FitDomain`; its instance size and whether it is disaggregated checked where
+    ``instance_gpus`` and ``disaggregated`` are given) is announced once and recorded
+    (``outside_fit``)."""
     prof = load_runtime_profile(engine, profile_path)
     entry = prof.entry(version)
     defaults = entry.defaults.model_dump(exclude_none=True)
@@ -352,13 +388,13 @@ def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib:
         defaults.update(large.model_dump(exclude_none=True))
     how = []
     if model is not None and prof.domain is not None and prof.terms != RuntimeTerms():
-        how = prof.domain.outside(gpu_name, model, version, instance_gpus)
+        how = prof.domain.outside(gpu_name, model, version, instance_gpus, disaggregated)
     if how:
         _announce_extrapolation(engine, prof, how)
     return EngineRuntime(engine, version or f"{entry.min}+", entry, defaults, prof.terms,
                          tuple(how))
 
 
-__all__ = ["DP_SHARED_LIMITS", "ENGINE_NAMES", "EngineRuntime", "FitDomain", "KnobDefaults",
-           "RuntimeProfile", "RuntimeTerms",
-           "VersionEntry", "engine_runtime", "load_runtime_profile", "parse_version"]
+__all__ = ["DOMAIN_ASPECTS", "DP_SHARED_LIMITS", "ENGINE_NAMES", "EngineRuntime", "FitDomain",
+           "KnobDefaults", "MODES", "RuntimeProfile", "RuntimeTerms", "VersionEntry",
+           "engine_runtime", "load_runtime_profile", "parse_version"]

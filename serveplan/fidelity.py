@@ -233,13 +233,14 @@ class Workspace:
             raise got
         return got
 
-    def resolved_instance(self, d, weights_role: str = "full"):
+    def resolved_instance(self, d, weights_role: str = "full", disaggregated: bool | None = None):
         """:func:`serveplan.resolution.resolve_instance` of a deployment's instance type,
-        once per instance fields and weights role."""
+        once per instance fields, weights role and whether its deployment is
+        disaggregated."""
         from serveplan.resolution import resolve_instance
 
-        return self.cached_or_raise(("instance", weights_role, self._key(d)),
-                                    lambda: resolve_instance(d, weights_role))
+        return self.cached_or_raise(("instance", weights_role, disaggregated, self._key(d)),
+                                    lambda: resolve_instance(d, weights_role, disaggregated))
 
     def resolvers(self):
         """``(instance, ffn_pool)`` resolvers for :func:`serveplan.resolution.resolve` that

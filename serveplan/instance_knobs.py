@@ -20,14 +20,16 @@ __all__ = ["allreduce_fusion", "dp_rank_share", "graph_padding", "graph_sizes",
            "instance_runtime", "knob"]
 
 
-def instance_runtime(d: Deployment, gpu: GPUSpec) -> EngineRuntime | None:
+def instance_runtime(d: Deployment, gpu: GPUSpec,
+                     disaggregated: bool | None = None) -> EngineRuntime | None:
     """The instance's engine runtime (:func:`~serveplan.estimator.runtime.engine_runtime`)
-    for its model and GPUs an instance, or None without an engine."""
+    for its model, GPUs an instance and whether its deployment is disaggregated (None: not
+    said), or None without an engine."""
     if d.engine is None:
         return None
     return engine_runtime(d.engine, d.engine_version, gpu.name, gpu.memory_bytes / 2**30,
                           d.runtime_profile, model=resolve_model(instance_model(d)),
-                          instance_gpus=instance_gpus(d))
+                          instance_gpus=instance_gpus(d), disaggregated=disaggregated)
 
 
 def knob(d: Deployment, name: str, rt: EngineRuntime | None, fallback=None):

@@ -199,14 +199,16 @@ def _cpu_tier(d: InstanceConfig, oracle: CostOracle, block_size: int) -> CPUTier
     return tier
 
 
-def resolve_instance(d: Deployment, weights_role: str = "full") -> ResolvedDeployment:
+def resolve_instance(d: Deployment, weights_role: str = "full",
+                     disaggregated: bool | None = None) -> ResolvedDeployment:
     """Fill the engine's defaults (vLLM's without an engine) and size the KV cache of one
-    instance type (``weights_role: attention``: an attention instance, without the FFN).
+    instance type (``weights_role: attention``: an attention instance, without the FFN;
+    ``disaggregated``: whether its deployment is, for the runtime terms' fit domain).
 
     ``num_gpu_blocks`` counts vLLM's null block, so the engine gets one block fewer.
     """
     gpu = resolve_gpu(d.gpu)
-    rt = instance_runtime(d, gpu)
+    rt = instance_runtime(d, gpu, disaggregated)
     max_num_seqs = dp_rank_share(rt, d, knob(d, "max_num_seqs", rt))
     padding = graph_padding(d, rt)
     oracle = CostOracle(instance_model(d), gpu, tp=d.tp, pp=d.pp, ep=d.ep, dp=d.dp,
@@ -340,7 +342,8 @@ class ResolvedPool:
 def _resolve_pool(pool: PoolConfig, router: str, decode_cost,
                   instance=resolve_instance) -> ResolvedPool:
     d = Deployment(num_instances=pool.count, router=router, **instance_fields(pool))
-    inst = instance(d, "attention" if pool.role == "attention" else "full")
+    inst = instance(d, "attention" if pool.role == "attention" else "full",
+                    pool.role != "colocated")
     cost = inst.oracle
     if pool.role == "decode" and not isinstance(decode_cost, str):
         c = decode_cost
@@ -519,9 +522,9 @@ def resolve(deployment: AnyDeployment | dict, *, instance=resolve_instance,
             ffn_pool=resolve_ffn) -> ResolvedServing:
     """Resolve every pool of a deployment (any form) and, for prefill/decode, its KV link.
 
-    ``instance(deployment, weights_role)`` and ``ffn_pool(pool, max_tokens)`` resolve one
-    instance type and the FFN pool (:func:`resolve_instance`, :func:`resolve_ffn`); a
-    strategy search passes cached ones.
+    ``instance(deployment, weights_role, disaggregated)`` and ``ffn_pool(pool, max_tokens)``
+    resolve one instance type and the FFN pool (:func:`resolve_instance`,
+    :func:`resolve_ffn`); a strategy search passes cached ones.
 
     Raises
     ------

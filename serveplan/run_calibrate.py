@@ -134,13 +134,15 @@ def leave_one_run_out(cases: list[RunCase], base: RuntimeTerms, names=FIT_TERMS,
 
 
 def runs_domain(cases: list[RunCase]) -> FitDomain:
-    """The runs' GPUs, models and instance sizes as the calibrated profile's fit domain (no
-    release range: a run's deployment need not name its engine version)."""
+    """The runs' GPUs, models, instance sizes and modes (colocated, disaggregated) as the
+    calibrated profile's fit domain (no release range: a run's deployment need not name its
+    engine version)."""
     instances = [p.instance for c in cases for p in c.resolved.pools]
     oracles = [i.oracle for i in instances]
     return FitDomain.of(f"{len(cases)} benchmark run(s) given to serveplan calibrate --runs",
                         {o.gpu.name for o in oracles}, {o.model.name: o.model for o in oracles},
-                        instance_gpus=[instance_gpus(i.deployment) for i in instances])
+                        instance_gpus=[instance_gpus(i.deployment) for i in instances],
+                        disaggregated=[c.resolved.disaggregated for c in cases])
 
 
 def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -> str:

@@ -201,6 +201,10 @@ def test_calibrate_runs_command(written_run, tmp_path):
     assert domain["gpus"] == ["h100"] and domain["models"] == ["llama-3.1-8b"]
     assert domain["dense"] and not domain["moe"] and runtime.outside_fit == ()
     assert domain["gpus_per_instance"] == [1, 1]  # one H100 an instance (tp 1)
+    assert domain["modes"] == ["colocated"]  # so a prefill/decode split is named outside
+    split = {"pools": [{**pool, "role": "prefill"}, {**pool, "role": "decode"}]}
+    assert resolve(split).pools[1].instance.runtime.outside_fit == (
+        "it runs disaggregated; theirs ran colocated only",)
 
 
 def test_pd_deployment_itls_tile_the_decode_span(tmp_path):

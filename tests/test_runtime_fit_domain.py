@@ -176,3 +176,45 @@ def test_resolution_checks_an_instance_of_tp_x_pp_x_dp_gpus(tmp_path):
             "tp": 2, "pp": 2, "runtime_profile": str(path), "max_model_len": 4096}
     runtime = resolve({"pools": [pool]}).pools[0].instance.runtime
     assert runtime.outside_fit == ("an instance runs on 4 GPU(s); theirs on 8 to 8",)
+
+
+def test_a_mode_the_runs_did_not_serve_is_named():
+    moe = resolve_model("deepseek-v3")
+    colocated = DOMAIN.model_copy(update={"modes": ("colocated",)})
+    assert colocated.outside("b200", moe, "0.5.9", disaggregated=False) == []
+    assert colocated.outside("b200", moe, "0.5.9", disaggregated=True) == [
+        "it runs disaggregated; theirs ran colocated only"]
+    assert colocated.outside("b200", moe, "0.5.9") == []  # not given: not checked
+    both = DOMAIN.model_copy(update={"modes": ("colocated", "disaggregated")})
+    assert both.outside("b200", moe, "0.5.9", disaggregated=True) == []
+    assert DOMAIN.outside("b200", moe, "0.5.9", disaggregated=True) == []  # not recorded
+
+
+def test_the_modes_are_the_runs_and_say_each_once():
+    models = {"llama-3.1-70b": resolve_model("llama-3.1-70b")}
+    assert FitDomain.of("3 runs", ["h100"], models, disaggregated=[False, False]
+                        ).modes == ("colocated",)
+    assert FitDomain.of("3 runs", ["h100"], models, disaggregated=[True, False, True]
+                        ).modes == ("colocated", "disaggregated")
+    assert FitDomain.of("3 runs", ["h100"], models).modes is None
+    for bad in ((), ("colocated", "colocated"), ("pd",)):
+        with pytest.raises(ValidationError, match="modes"):
+            FitDomain(**{**DOMAIN.model_dump(), "modes": bad})
+
+
+def test_resolution_names_a_prefill_decode_split_outside_colocated_runs(tmp_path):
+    """Every pool of a prefill/decode deployment is checked as disaggregated; the same
+    instance colocated is inside a domain of colocated runs."""
+    prof = load_runtime_profile("vllm").model_dump(mode="json")
+    domain = FitDomain.of("2 runs", ["h100"], {"llama-3.1-8b": resolve_model("llama-3.1-8b")},
+                          disaggregated=[False, False])
+    prof.update(terms={"frontend_output_s": 0.02}, domain=domain.model_dump(mode="json"))
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(prof))
+    inst = {"model": "llama-3.1-8b", "gpu": "h100", "engine": "vllm",
+            "runtime_profile": str(path), "max_model_len": 4096}
+    colocated = resolve({"pools": [{"role": "colocated", **inst}]})
+    assert colocated.pools[0].instance.runtime.outside_fit == ()
+    split = resolve({"pools": [{"role": "prefill", **inst}, {"role": "decode", **inst}]})
+    assert [p.instance.runtime.outside_fit for p in split.pools] == [
+        ("it runs disaggregated; theirs ran colocated only",)] * 2
