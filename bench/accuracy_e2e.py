@@ -43,6 +43,7 @@ from accuracy_e2e_breakdown import (
     verdict,
     worse_models,
 )
+from accuracy_e2e_domains import fold_domain_table, held_out_outside
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
 from accuracy_e2e_profiles import write_profiles
 from accuracy_e2e_rowsfile import read_rows_csv, write_rows_csv
@@ -520,6 +521,16 @@ def _self_calibration(args, ok, meas, preds, resolved, prev,
     return calibrated, selfcal_summary(ok, meas, preds["engine_fitted_lomo"], calibrated, fits)
 
 
+def _fold_domains(args, ok, meas, preds) -> list[dict]:
+    """The held-out error inside and outside each fold's fit domain
+    (:mod:`accuracy_e2e_domains`); none without fits."""
+    if "engine_fitted_lomo" not in preds:
+        return []
+    units = held_out_units([r.model for r in ok], args.data)
+    aspects = held_out_outside(ok, [units[r.model] for r in ok], args.data)
+    return fold_domain_table(ok, meas, preds["engine_fitted_lomo"], aspects)
+
+
 def main() -> None:
     ap = _parser()
     args = ap.parse_args()
@@ -563,6 +574,7 @@ def main() -> None:
                          for k, v in info.items()} for e, info in full.items()},
         "overall": overall(preds, meas),
         "overall_distinct": overall_distinct(ok, preds, meas),
+        "fold_domains": _fold_domains(args, ok, meas, preds),
     }
     if prev is not None:  # the predictions are the earlier run's: so is its provenance
         report.update(command=prev["command"].split(" (report rebuilt")[0]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from accuracy_e2e_domains import fold_domain_section
+
 GROUP_NAMES = {"gpu_only": "(a) GPU steps only", "engine_unfitted": "(b) engine runtime, unfitted",
                "engine_fitted_lomo": "(c) engine runtime, fitted LOMO"}
 NAMES = {**GROUP_NAMES, "as_shipped": "(d) as the profiles ship: (c) where an engine's terms "
@@ -256,6 +258,7 @@ Settings (a)-(d) as above; load = the row's concurrency (clients).
 
 {chr(10).join(_group_rows(report))}
 
+{fold_domain_section(report.get("fold_domains", []))}
 {_gap_section(report)}
 
 ## (e) Calibrated on the deployment's own light-load runs
