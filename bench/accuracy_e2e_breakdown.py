@@ -45,6 +45,13 @@ def overall(preds: dict, meas: np.ndarray, keep: np.ndarray | None = None) -> di
     return out
 
 
+def measurement_id(row) -> tuple:
+    """What one measurement is: the engine, system and load (isl, osl, clients) with the
+    measured TTFT and TPOT to nine significant digits (:func:`distinct_measurements`)."""
+    return (row.engine, row.system, row.isl, row.osl, row.concurrency, f"{row.ttft_ms:.9g}",
+            f"{row.tpot_ms:.9g}")
+
+
 def distinct_measurements(rows) -> np.ndarray:
     """Which rows are the first of their measurement. Rows of one engine, system and load
     (isl, osl, clients) whose measured TTFT and TPOT agree to nine significant digits are
@@ -53,8 +60,7 @@ def distinct_measurements(rows) -> np.ndarray:
     layout (tp 16 beside tp 4 on one 8-GPU node) -- and only the first counts."""
     seen, keep = set(), np.zeros(len(rows), dtype=bool)
     for i, r in enumerate(rows):
-        ident = (r.engine, r.system, r.isl, r.osl, r.concurrency, f"{r.ttft_ms:.9g}",
-                 f"{r.tpot_ms:.9g}")
+        ident = measurement_id(r)
         keep[i] = ident not in seen
         seen.add(ident)
     return keep

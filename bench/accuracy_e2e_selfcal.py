@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from accuracy_e2e_breakdown import err_stats, rel_err
+from accuracy_e2e_breakdown import err_stats, measurement_id, rel_err
 
 LIGHT_CLIENTS = 8
 MIN_LIGHT_ROWS = 3
@@ -38,14 +38,19 @@ def deployment_key(row) -> tuple:
 
 def calibration_groups(rows: Sequence, light: int = LIGHT_CLIENTS,
                        min_rows: int = MIN_LIGHT_ROWS) -> list[tuple[list[int], list[int]]]:
-    """Per deployment with at least ``min_rows`` rows at up to ``light`` clients and one
-    above: (the positions of its light rows, of its heavier rows), in first-row order."""
+    """Per deployment with at least ``min_rows`` runs at up to ``light`` clients and a row
+    above: (the positions of its light rows, each run once -- a run exported more than
+    once is fitted on once, as every fold's fit counts it --, of its heavier rows, copies
+    included, as the targets read the rows), in first-row order."""
     by_key: dict[tuple, list[int]] = defaultdict(list)
     for k, r in enumerate(rows):
         by_key[deployment_key(r)].append(k)
     groups = []
     for idx in by_key.values():
-        train = [k for k in idx if rows[k].concurrency <= light]
+        first = {}
+        for k in idx:
+            first.setdefault(measurement_id(rows[k]), k)
+        train = [k for k in first.values() if rows[k].concurrency <= light]
         test = [k for k in idx if rows[k].concurrency > light]
         if len(train) >= min_rows and test:
             groups.append((train, test))

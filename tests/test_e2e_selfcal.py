@@ -16,10 +16,12 @@ def selfcal(accuracy_e2e):  # the fixture puts bench/ on the path
     return importlib.import_module("accuracy_e2e_selfcal")
 
 
-def _row(k, concurrency, model="m", precision="fp8", tp=4, engine="vllm"):
+def _row(k, concurrency, model="m", precision="fp8", tp=4, engine="vllm", ttft_ms=None):
+    """Row ``k``, a measurement of its own (TTFT ``100 + k`` ms) unless ``ttft_ms`` is given."""
     return E2ERow(id=f"r{k}", engine=engine, version="1", model=model, system="b200_sxm",
                   precision=precision, mode="agg", isl=1024, osl=1024,
-                  concurrency=concurrency, tp=tp, pp=1, dp=1, ep=1, ttft_ms=0.0, tpot_ms=0.0)
+                  concurrency=concurrency, tp=tp, pp=1, dp=1, ep=1,
+                  ttft_ms=100.0 + k if ttft_ms is None else ttft_ms, tpot_ms=10.0)
 
 
 def _rows():
@@ -37,6 +39,17 @@ def _rows():
 def test_groups_by_deployment_by_hand(selfcal):
     assert selfcal.calibration_groups(_rows()) == [([0, 1, 3], [2, 4]),
                                                    ([11, 13, 14], [12])]
+
+
+def test_a_run_exported_twice_is_fitted_on_once(selfcal):
+    """Deployment A as above, with a copy of its 4-client run (row 15: same load and
+    measurement) and of its 16-client run (row 16): the copy of a light run is left out of
+    the fit, a heavier copy is still checked. Without row 3, A's two light runs are too
+    few, however many copies they have."""
+    rows = _rows() + [_row(15, 4, ttft_ms=100.0), _row(16, 16, ttft_ms=102.0)]
+    assert selfcal.calibration_groups(rows)[0] == ([0, 1, 3], [2, 4, 16])
+    without_3 = [r for r in rows if r.id != "r3"]
+    assert [len(train) for train, _ in selfcal.calibration_groups(without_3)] == [3]  # D's
 
 
 def test_each_deployment_predicted_by_its_own_light_rows(selfcal):
