@@ -106,8 +106,8 @@ def _self_calibration(report) -> str:
     return f"""Not a target setting: what a user who has measured their own deployment at a
 few light loads gets from calibrating on those runs (`serveplan calibrate --runs`). A
 deployment is an engine, model, system, mode, precision and layout; each with at least
-{sc['min_light_rows']} rows at up to {sc['light_clients']} clients (and some above) has {terms}
-fitted on those rows (the folds' two steps, `bench/accuracy_e2e_selfcal.py`), and its rows
+{sc['min_light_rows']} runs at up to {sc['light_clients']} clients (and some rows above) has {terms}
+fitted on those runs, each once (the folds' two steps, `bench/accuracy_e2e_selfcal.py`), and its rows
 above {sc['light_clients']} clients are predicted with them; (c) on the same rows for comparison.
 
 {chr(10).join(table)}"""
