@@ -4,10 +4,10 @@ Settings (c) and (d) answer for a model the fit never saw. A serveplan user who 
 few cheap benchmarks of their own deployment asks something else: calibrated on those
 (``serveplan calibrate --runs``), how well does serveplan predict the loads they did not
 run? Here a deployment is an engine, model, system, mode, precision and layout
-(:func:`deployment_key`); one with at least :data:`MIN_LIGHT_ROWS` rows at up to
+(:func:`deployment_key`); one with at least :data:`MIN_LIGHT_ROWS` runs at up to
 :data:`LIGHT_CLIENTS` clients and some rows above has :data:`SELF_TERMS` fitted on its light
-rows (the same two first-order steps as every fold's) and its heavier rows predicted with
-them. No row informs its own prediction: the light rows fit, the heavier rows check.
+runs, each once (the same two first-order steps as every fold's), and its heavier rows
+predicted with them. No row informs its own prediction: the light rows fit, the heavier rows check.
 
 :data:`SELF_TERMS` are the default terms without ``frontend_output_per_token_s``: at up to 8
 clients the first token's step holds 1-8 requests, too few to tell a cost per request of
