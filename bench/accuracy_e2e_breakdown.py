@@ -45,19 +45,28 @@ def overall(preds: dict, meas: np.ndarray, keep: np.ndarray | None = None) -> di
     return out
 
 
+MEASUREMENT_DECIMALS = 2
+"""Decimals of a millisecond two rows' TTFT and TPOT must agree to for one run: the
+coarsest export in the data (the gap-analysis CSVs) rounds the runs it repeats to 0.01 ms."""
+
+
 def measurement_id(row) -> tuple:
     """What one measurement is: the engine, system and load (isl, osl, clients) with the
-    measured TTFT and TPOT to nine significant digits (:func:`distinct_measurements`)."""
-    return (row.engine, row.system, row.isl, row.osl, row.concurrency, f"{row.ttft_ms:.9g}",
-            f"{row.tpot_ms:.9g}")
+    measured TTFT and TPOT to :data:`MEASUREMENT_DECIMALS` decimals of a millisecond
+    (:func:`distinct_measurements`)."""
+    d = MEASUREMENT_DECIMALS
+    return (row.engine, row.system, row.isl, row.osl, row.concurrency, f"{row.ttft_ms:.{d}f}",
+            f"{row.tpot_ms:.{d}f}")
 
 
 def distinct_measurements(rows) -> np.ndarray:
     """Which rows are the first of their measurement. Rows of one engine, system and load
-    (isl, osl, clients) whose measured TTFT and TPOT agree to nine significant digits are
-    one run exported more than once (the exports' copies differ at most in the last binary
-    digit) -- some under another checkpoint's name (DeepSeek-R1 / V3) or another recorded
-    layout (tp 16 beside tp 4 on one 8-GPU node) -- and only the first counts."""
+    (isl, osl, clients) whose measured TTFT and TPOT agree to 0.01 ms are one run exported
+    more than once -- some under another checkpoint's name (DeepSeek-R1 / V3) or another
+    recorded layout (tp 16 beside tp 4 on one 8-GPU node), differing at most in the last
+    binary digit; some in a gap-analysis CSV that rounds them to 0.01 ms (Qwen3.5-397B
+    on SGLang, Kimi-K2.5 on vLLM) -- and only the first counts. Two runs agreeing to 0.01
+    ms in both TTFT and TPOT at one load would be counted once; none are known to."""
     seen, keep = set(), np.zeros(len(rows), dtype=bool)
     for i, r in enumerate(rows):
         ident = measurement_id(r)

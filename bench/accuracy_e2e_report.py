@@ -89,8 +89,9 @@ def _targets(report) -> list[str]:
     if distinct["rows"] is not None:
         lines += ["", f"Each run once: {distinct['rows']:,} of {report['coverage']['expressible']:,}"
                   " rows. Rows of one engine, system and load whose measured TTFT and TPOT agree "
-                  "to nine significant digits are one run exported more than once (some under "
-                  "the other DeepSeek checkpoint's name or another recorded layout). The "
+                  "to 0.01 ms are one run exported more than once (some under the other "
+                  "DeepSeek checkpoint's name or another recorded layout, some rounded to "
+                  "0.01 ms in a gap-analysis CSV). The "
                   "fits count each run once; the targets are read on the rows as the data "
                   "gives them, copies included."]
     return lines

@@ -85,3 +85,17 @@ def test_a_runs_copies_under_two_dates_are_not_a_repeat(spread):
     s = spread(rows)
     assert s["measurements"] == 2
     assert s["ttft_median"] == pytest.approx((1 / 6 + 0.2) / 2)
+
+
+def test_a_run_rounded_to_hundredths_in_another_export_is_one_measurement(spread):
+    """A gap-analysis CSV repeats a run rounded to 0.01 ms (304.6537... ms / 8.33499... ms
+    exported as 304.65 / 8.33, undated). It is the same run: one measurement, so the
+    deployment has no repeat and the overall figure counts it once. A run 0.02 ms off in
+    TTFT is another measurement."""
+    breakdown = importlib.import_module("accuracy_e2e_breakdown")
+    full, rounded = _row(0, 304.6537191, 8.334993756, "2026-03-24"), _row(1, 304.65, 8.33, "")
+    assert breakdown.distinct_measurements([full, rounded]).tolist() == [True, False]
+    assert spread([full, rounded]) == {"measurements": 0}
+    other = _row(2, 304.67, 8.33, "2026-04-01")
+    assert breakdown.distinct_measurements([full, rounded, other]).tolist() == [True, False,
+                                                                               True]
