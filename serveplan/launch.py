@@ -208,6 +208,8 @@ def _vllm_flags(c: InstanceConfig) -> list[str]:
         f.append("--kv-cache-dtype fp8")
     if not c.cuda_graph:
         f.append("--enforce-eager")
+    if (c.api_servers or 1) > 1:
+        f.append(f"--api-server-count {c.api_servers}")
     return f
 
 
@@ -300,6 +302,8 @@ def _sglang_flags(c: InstanceConfig) -> list[str]:
         f.append("--kv-cache-dtype fp8_e4m3")
     if not c.cuda_graph:
         f.append("--disable-cuda-graph")
+    if (c.api_servers or 1) > 1:
+        f.append(f"--tokenizer-worker-num {c.api_servers}")
     return f
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from serveplan.config_bounds import (  # noqa: F401  (re-exported for the config modules)
@@ -57,34 +57,27 @@ from serveplan.config_bounds import (  # noqa: F401  (re-exported for the config
     at_least,
     at_most,
 )
+from serveplan.config_names import (  # noqa: F401  (re-exported for the config modules)
+    DECODE_ROUTER_ALIASES,
+    STATE_DTYPE_ALIASES,
+    WEIGHT_DTYPE_ALIASES,
+    DecodeRouter,
+    DecodeRouterName,
+    DTypeName,
+    EngineName,
+    PrefillRouterName,
+    RoleName,
+    RouterName,
+    SchedulerName,
+    StateDType,
+    WeightDType,
+    WeightDTypeName,
+)
 from serveplan.engine_knobs_config import AttentionDPConfig, engine_knob_problem
 from serveplan.estimator.routing import MoERouting
 from serveplan.kv_offload import KVOffloadConfig, host_memory_problem
 from serveplan.scheduler_knobs_config import SchedulerKnobsConfig
 from serveplan.speculative import SpeculativeConfig
-
-SchedulerName = Literal["vllm-v1", "sglang", "prefill-priority", "trtllm-no-evict",
-                        "trtllm-max-utilization", "skip-join-mlfq", "h2q-br"]
-EngineName = Literal["vllm", "sglang", "trtllm"]
-RouterName = Literal["round-robin", "least-outstanding-tokens", "least-requests"]
-PrefillRouterName = Literal["least-loaded", "round-robin"]
-DecodeRouterName = Literal["round-robin", "least-loaded", "least-requests", "sibyl", "sibyl-p1",
-                           "sibyl-no-type1", "sibyl-no-type2", "sibyl-no-type3",
-                           "sibyl-reqlevel", "sibyl-alg1"]
-DECODE_ROUTER_ALIASES = {"rr": "round-robin", "ils": "least-loaded", "ils-tokens": "least-loaded",
-                         "ils-requests": "least-requests"}
-DecodeRouter = Annotated[DecodeRouterName, BeforeValidator(
-    lambda v: DECODE_ROUTER_ALIASES.get(v, v) if isinstance(v, str) else v)]
-"""A decode router name, its aliases (``rr``, ``ils``, ...) accepted."""
-DTypeName = Literal["bf16", "fp16", "fp8"]
-STATE_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-StateDType = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(  # torch names too
-    lambda v: STATE_DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v)]
-WeightDTypeName = Literal["bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4"]
-WEIGHT_DTYPE_ALIASES = {"fp4": "nvfp4"}
-WeightDType = Annotated[WeightDTypeName, BeforeValidator(  # the dtype shorthand; fp4 = NVFP4
-    lambda v: WEIGHT_DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v)]
-RoleName = Literal["colocated", "prefill", "decode", "attention", "ffn"]
 
 
 # ----------------------------------------------------------------------------- instances
@@ -116,6 +109,10 @@ class EngineConfig(_Frozen):
     scheduler_recv_interval: SchedulerSteps | None = Field(
         None, ge=1, description="SGLang --scheduler-recv-interval: new requests are read "
         "every N decode iterations (at once after a prefill or when idle). Default 1.")
+    api_servers: Instances | None = Field(
+        None, ge=1, description="API server processes per instance, which set requests up and "
+        "tokenize them side by side (vLLM --api-server-count, SGLang --tokenizer-worker-num). "
+        "Default 1.")
     batch_wait_timeout_iters: SchedulerSteps | None = Field(
         None, ge=0, description="TensorRT-LLM: hold new contexts while generation runs, for "
         "up to N iterations, until the step would hold batch_wait_max_tokens_ratio x "

@@ -396,9 +396,14 @@ class ResolvedServing:
         return cfg.knobs() if cfg is not None else SchedulerKnobs()
 
     def front_end(self) -> FrontEnd | None:
-        """The API server in front of the entry pool (None without an engine)."""
+        """The API servers in front of the entry pool (None without an engine): every
+        instance of it runs its own (``api_servers`` of them, default 1), as independent
+        engine servers behind a router do."""
         rt = self.pools[0].instance.runtime
-        return rt.front_end() if rt is not None else None
+        if rt is None:
+            return None
+        entry = self.pools[0].config
+        return replace(rt.front_end(), servers=entry.count * (entry.api_servers or 1))
 
     def handoff(self, router: str | None = None, prior=None) -> Handoff | None:
         """How requests cross from prefill to decode (None when colocated); ``router``

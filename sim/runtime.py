@@ -13,10 +13,14 @@ in two places:
   the graphs of decode steps hide is paid in full). Without async scheduling the CPU work
   runs between GPU steps (``step = gpu + cpu``); with it the next step's CPU work overlaps
   this step's GPU work (``step = max(gpu, cpu)``).
-* :class:`FrontEnd` (per deployment) -- the API server: a request is tokenized and set up
-  (``request_s + prompt_token_s * prompt`` seconds, one request at a time, first come
-  first served) before the engine sees it; each step's tokens are detokenized and streamed
-  (``output_s + output_per_token_s * tokens_in_step``) before the client sees them.
+* :class:`FrontEnd` (per deployment) -- the API servers: a request is tokenized and set up
+  (``request_s + prompt_token_s * prompt`` seconds by the first of ``servers`` API servers
+  to be free, first come first served) before the engine sees it; each step's tokens are
+  detokenized and streamed (``output_s + output_per_token_s * tokens_in_step``) before the
+  client sees them. Requests reach the engine in the order they were sent: with one server
+  that is how it serves them; with several, one set up sooner than the request before it
+  waits for that one (the loop takes arrivals in order) -- at most the difference of their
+  set-up times, and only while the servers are busy.
 
 Times inside the loop are engine times (a request's ``arrival`` is when the engine got
 it); the front end keeps each request's client send time (``t_sent``) and the output
@@ -32,6 +36,7 @@ its own too (a FIFO of pending releases, in send order).
 
 from __future__ import annotations
 
+import heapq
 from collections import namedtuple
 from dataclasses import dataclass
 
@@ -42,7 +47,7 @@ from .timeheap import heap_next_time, heap_pop, heap_push
 
 # front-end terms: fe.terms[F_*]; F_TIMEOUT > 0: a closed-loop client gives up on a request
 # that long after sending it and sends its next one
-F_REQUEST, F_PROMPT_TOKEN, F_OUTPUT, F_OUTPUT_PER_TOKEN, F_ON, F_FREE_AT, F_TIMEOUT = range(7)
+F_REQUEST, F_PROMPT_TOKEN, F_OUTPUT, F_OUTPUT_PER_TOKEN, F_ON, F_RELEASED, F_TIMEOUT = range(7)
 N_F = 7
 # ring of pending closed-loop releases, heap of pending sends: fe.gi[R_*]
 R_HEAD, R_LEN, S_LEN = range(3)
@@ -51,12 +56,12 @@ R_HEAD, R_LEN, S_LEN = range(3)
  T_GPU_PER_PREFILL_STEP) = range(6)
 N_T = 6
 
-Front = namedtuple("Front", ["terms", "gi", "ring_r", "ring_t", "t_sent", "d_first", "d_last",
-                             "think", "heap_r", "heap_t", "st_of", "st_offset", "st_first",
-                             "st_left", "st_end", "moved_on"])
-"""Front-end state: terms (and the time the front end is next free), the ring of pending
-closed-loop releases, each request's client send time and the output delays of its first
-and last tokens; the clients' think time before each request and the heap of pending
+Front = namedtuple("Front", ["terms", "free_at", "gi", "ring_r", "ring_t", "t_sent", "d_first",
+                             "d_last", "think", "heap_r", "heap_t", "st_of", "st_offset",
+                             "st_first", "st_left", "st_end", "moved_on"])
+"""Front-end state: terms (and when it last released a request to the engine), the time
+each API server is next free, the ring of pending closed-loop releases, each request's
+client send time and the output delays of its first and last tokens; the clients' think time before each request and the heap of pending
 sends; a staged load's stages (:class:`~serveplan.sim.arrivals.StagePlan`: each request's
 stage and offset, each stage's first request, requests left and last response so far;
 empty without stages); which requests' clients have moved on (timed out, or finished).
@@ -92,30 +97,52 @@ class StepRuntime:
 
 @dataclass(frozen=True)
 class FrontEnd:
-    """The API server's per-request and per-token work (seconds); see the module docstring."""
+    """The API servers' per-request and per-token work (seconds) and how many serve the
+    deployment; see the module docstring."""
 
     request_s: float = 0.0
     prompt_token_s: float = 0.0
     output_s: float = 0.0
     output_per_token_s: float = 0.0
+    servers: int = 1
 
     def __post_init__(self) -> None:
         _check_nonneg(self)
+        if int(self.servers) != self.servers or self.servers < 1:
+            raise ValueError(f"FrontEnd.servers must be a whole number >= 1, "
+                             f"got {self.servers!r}")
 
     @property
     def active(self) -> bool:
-        return any(v > 0 for v in vars(self).values())
+        return any(v > 0 for v in (self.request_s, self.prompt_token_s, self.output_s,
+                                   self.output_per_token_s))
 
     def engine_arrivals(self, sent: np.ndarray, prompt: np.ndarray) -> np.ndarray:
-        """When the engine gets requests sent at ``sent`` (sorted): a first-come first-served
-        server with service ``request_s + prompt_token_s * prompt``.
+        """When the engine gets requests sent at ``sent`` (sorted) (:meth:`serve`)."""
+        return self.serve(sent, prompt)[0]
 
-        ``e_i = max(sent_i, e_{i-1}) + s_i``, i.e. ``e_i = S_i + max_{j<=i}(sent_j - S_{j-1})``
-        with ``S`` the running sum of service times.
+    def serve(self, sent: np.ndarray, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """When the engine gets requests sent at ``sent`` (sorted), and when each API server
+        is free after them: each request is set up (``request_s + prompt_token_s * prompt``)
+        by the first server free, and reaches the engine once it and every request sent
+        before it are set up (the module docstring).
+
+        One server is a first-come first-served queue, ``e_i = max(sent_i, e_{i-1}) + s_i``,
+        i.e. ``e_i = S_i + max_{j<=i}(sent_j - S_{j-1})`` with ``S`` the running sum of
+        service times.
         """
+        sent = np.asarray(sent, dtype=np.float64)
         service = self.request_s + self.prompt_token_s * np.asarray(prompt, dtype=np.float64)
-        s_cum = np.cumsum(service)
-        return s_cum + np.maximum.accumulate(np.asarray(sent, dtype=np.float64) - s_cum + service)
+        if self.servers == 1:
+            s_cum = np.cumsum(service)
+            at = s_cum + np.maximum.accumulate(sent - s_cum + service)
+            return at, at[-1:] if len(at) else np.zeros(1)
+        free = [0.0] * int(self.servers)  # a heap of the servers' free times
+        done = np.empty(len(sent))
+        for i, (t, s) in enumerate(zip(sent, service, strict=True)):
+            done[i] = max(t, heapq.heappop(free)) + s
+            heapq.heappush(free, done[i])
+        return np.maximum.accumulate(done), np.array(free)
 
 
 def make_front(front: FrontEnd | None, n_requests: int, concurrency: int,
@@ -125,11 +152,11 @@ def make_front(front: FrontEnd | None, n_requests: int, concurrency: int,
     each request's client think time (closed loop; None: none); ``stages``: a staged load's
     :class:`~serveplan.sim.arrivals.StagePlan` (None: none); ``timeout_s``: a closed-loop
     client's timeout (None: none)."""
-    terms = np.zeros(N_F)
+    terms, servers = np.zeros(N_F), 1
     if front is not None and front.active:
         terms[:4] = [front.request_s, front.prompt_token_s, front.output_s,
                      front.output_per_token_s]
-        terms[F_ON] = 1.0
+        terms[F_ON], servers = 1.0, int(front.servers)
     cap = max(int(concurrency), 1)
     if timeout_s is not None:  # each sent request's timeout waits among the pending sends
         terms[F_TIMEOUT] = timeout_s
@@ -140,7 +167,7 @@ def make_front(front: FrontEnd | None, n_requests: int, concurrency: int,
                                                                                      np.int64)
     else:
         st_of, st_offset, st_first = stages.stage, stages.offset_s, stages.first_index
-    return Front(terms=terms, gi=np.zeros(3, dtype=np.int64),
+    return Front(terms=terms, free_at=np.zeros(servers), gi=np.zeros(3, dtype=np.int64),
                  ring_r=np.zeros(cap, dtype=np.int64), ring_t=np.zeros(cap),
                  t_sent=np.full(n_requests, np.nan), d_first=np.zeros(n_requests),
                  d_last=np.zeros(n_requests), think=think,
@@ -161,11 +188,17 @@ def output_delay(fe, tokens_in_step):
 @sim_jit
 def push_release(fe, r, sent, prompt):
     """The client sends request ``r`` at ``sent``; returns when the engine gets it (the
-    release waits in the ring until then)."""
-    t = fe.terms
-    start = sent if sent > t[F_FREE_AT] else t[F_FREE_AT]
-    at = start + t[F_REQUEST] + t[F_PROMPT_TOKEN] * prompt
-    t[F_FREE_AT] = at
+    release waits in the ring until then): the first API server free sets it up, and it
+    leaves after the requests sent before it (:meth:`FrontEnd.serve`)."""
+    t, free = fe.terms, fe.free_at
+    k = 0
+    for j in range(1, free.shape[0]):
+        if free[j] < free[k]:
+            k = j
+    start = sent if sent > free[k] else free[k]
+    free[k] = start + t[F_REQUEST] + t[F_PROMPT_TOKEN] * prompt
+    at = free[k] if free[k] > t[F_RELEASED] else t[F_RELEASED]
+    t[F_RELEASED] = at
     cap = fe.ring_r.shape[0]
     k = (fe.gi[R_HEAD] + fe.gi[R_LEN]) % cap
     fe.ring_r[k] = r

@@ -186,6 +186,44 @@ def test_front_end_engine_arrivals_match_a_plain_fifo_recursion():
     np.testing.assert_allclose(fe.engine_arrivals(sent, prompt), e, rtol=0, atol=1e-12)
 
 
+def test_api_servers_set_requests_up_side_by_side_and_release_them_in_order():
+    """Two API servers, 2 ms per request + 10 us per prompt token. Sent at 0, 0, 0, 1 ms
+    with 1000, 100, 100, 100 prompt tokens: request 0 takes server A [0, 12] ms, request 1
+    server B [0, 3], request 2 waits for B [3, 6], request 3 for B [6, 9]. Each reaches the
+    engine once the requests sent before it have: 12, 12, 12, 12 ms (request 0's long set-up
+    holds the others back). The servers are then free at 12 and 9 ms. One server serves them
+    one after the other: 12, 15, 18, 21 ms."""
+    two = FrontEnd(request_s=0.002, prompt_token_s=1e-5, servers=2)
+    sent, prompt = np.array([0.0, 0.0, 0.0, 0.001]), np.array([1000, 100, 100, 100])
+    at, free = two.serve(sent, prompt)
+    np.testing.assert_allclose(at, [0.012] * 4)
+    np.testing.assert_allclose(sorted(free), [0.009, 0.012])
+    np.testing.assert_allclose(replace(two, servers=1).engine_arrivals(sent, prompt),
+                               [0.012, 0.015, 0.018, 0.021])
+    with pytest.raises(ValueError, match="servers"):
+        FrontEnd(servers=0)
+
+
+def test_a_closed_loop_through_two_api_servers():
+    """The front end of the first test with two API servers; two clients, prompt 1000
+    (set-up 2 + 10 = 12 ms), output 1 (a request is its prefill step, and its one token
+    reaches the client 3 + 1 = 4 ms after it). Requests 0 and 1, sent at 0, are set up side
+    by side and reach the engine together at 12 ms; the engine starts request 0's step at
+    once [12, 22] (received at 26 ms) and request 1's next [22, 32] (received at 36). Client
+    0 sends request 2 at 26 ms: set up [26, 38], step [38, 48], received at 52. Client 1
+    sends request 3 at 36 ms on the other server: set up [36, 48], step [48, 58], received
+    at 62. One server would set request 1 up only after request 0 [12, 24] (received at 38 ms)."""
+    fe = FrontEnd(request_s=0.002, prompt_token_s=1e-5, output_s=0.003, output_per_token_s=0.001,
+                  servers=2)
+    res = _run(np.full(4, np.nan), np.full(4, 1000), np.ones(4, dtype=int), concurrency=2,
+               frontend=fe)
+    np.testing.assert_allclose(res.arrival, [0.0, 0.0, 0.026, 0.036])
+    np.testing.assert_allclose(res.t_finish, [0.026, 0.036, 0.052, 0.062])
+    one = _run(np.full(2, np.nan), np.full(2, 1000), np.ones(2, dtype=int), concurrency=2,
+               frontend=replace(fe, servers=1))
+    np.testing.assert_allclose(one.t_finish, [0.026, 0.038])
+
+
 def test_runtime_terms_reject_negative_values():
     with pytest.raises(ValueError, match="cpu_base_s"):
         StepRuntime(cpu_base_s=-1.0)
