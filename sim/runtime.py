@@ -61,10 +61,11 @@ Front = namedtuple("Front", ["terms", "free_at", "gi", "ring_r", "ring_t", "t_se
                              "st_first", "st_left", "st_end", "moved_on"])
 """Front-end state: terms (and when it last released a request to the engine), the time
 each API server is next free, the ring of pending closed-loop releases, each request's
-client send time and the output delays of its first and last tokens; the clients' think time before each request and the heap of pending
-sends; a staged load's stages (:class:`~serveplan.sim.arrivals.StagePlan`: each request's
-stage and offset, each stage's first request, requests left and last response so far;
-empty without stages); which requests' clients have moved on (timed out, or finished).
+client send time and the output delays of its first and last tokens; the clients' think
+time before each request and the heap of pending sends; a staged load's stages
+(:class:`~serveplan.sim.arrivals.StagePlan`: each request's stage and offset, each stage's
+first request, requests left and last response so far; empty without stages); which
+requests' clients have moved on (timed out, or finished).
 A pending send with a negative id ``-(r + 1)`` is request ``r``'s client timeout."""
 
 
@@ -191,13 +192,13 @@ def push_release(fe, r, sent, prompt):
     release waits in the ring until then): the first API server free sets it up, and it
     leaves after the requests sent before it (:meth:`FrontEnd.serve`)."""
     t, free = fe.terms, fe.free_at
-    k = 0
+    server = 0
     for j in range(1, free.shape[0]):
-        if free[j] < free[k]:
-            k = j
-    start = sent if sent > free[k] else free[k]
-    free[k] = start + t[F_REQUEST] + t[F_PROMPT_TOKEN] * prompt
-    at = free[k] if free[k] > t[F_RELEASED] else t[F_RELEASED]
+        if free[j] < free[server]:
+            server = j
+    start = sent if sent > free[server] else free[server]
+    free[server] = start + t[F_REQUEST] + t[F_PROMPT_TOKEN] * prompt
+    at = free[server] if free[server] > t[F_RELEASED] else t[F_RELEASED]
     t[F_RELEASED] = at
     cap = fe.ring_r.shape[0]
     k = (fe.gi[R_HEAD] + fe.gi[R_LEN]) % cap
