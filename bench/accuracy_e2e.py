@@ -44,6 +44,7 @@ from accuracy_e2e_breakdown import (
     worse_models,
 )
 from accuracy_e2e_domains import fold_domain_table, held_out_outside
+from accuracy_e2e_gpus import HELD_OUT_GPU, hold_out_gpu_speeds
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
 from accuracy_e2e_profiles import write_profiles
 from accuracy_e2e_rowsfile import read_rows_csv, write_rows_csv
@@ -127,7 +128,8 @@ def _predict_task(task):
     k, terms = task
     rows, resolved = _SHARED["rows"], _SHARED["resolved"]
     if terms == "gpu":
-        return simulate_row(rows[k], _SHARED["data"], engine=False)
+        return simulate_row(rows[k], _SHARED["data"], engine=False,
+                            gpu=HELD_OUT_GPU.get(rows[k].id))
     res = with_terms(resolved[k], terms) if terms is not None else resolved[k]
     return simulate_row(rows[k], resolved=res)
 
@@ -446,10 +448,13 @@ def _predict_settings(args, ok, resolved) -> dict:
 
 
 def resolve_all(rows, data) -> tuple[list, list]:
-    """Every row's resolved deployment, each distinct one resolved once, and each row's
-    oracle prefill of one mean prompt (:func:`prefill_seconds`)."""
+    """Every row's resolved deployment, each distinct one resolved once (B300 rows at their
+    held-out speed, :func:`hold_out_gpu_speeds`), and each row's oracle prefill of one mean
+    prompt (:func:`prefill_seconds`)."""
+    hold_out_gpu_speeds(rows)
     first, which = unique_runs(rows)
-    resolved_u = [resolve_row(rows[k], data) for k in first]
+    resolved_u = [resolve_row(rows[k], data, gpu=HELD_OUT_GPU.get(rows[k].id))
+                  for k in first]
     pre_u = [prefill_seconds(rows[k], res) for k, res in zip(first, resolved_u, strict=True)]
     return [resolved_u[w] for w in which], [pre_u[w] for w in which]
 

@@ -224,8 +224,7 @@ def _profile_arrays(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarra
     em = np.empty((2, K.N_FAMILIES))
     for p, phase in enumerate(("prefill", "decode")):
         for f, fam in enumerate(FAMILIES):
-            e = profile.eff(fam, phase)
-            ec[p, f], em[p, f] = e.ec, e.em
+            ec[p, f], em[p, f] = profile.priced_eff(fam, phase)
     fixed = np.array([profile.kernel_fixed(f) for f in FAMILIES])
     return ec, em, fixed
 

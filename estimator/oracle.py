@@ -299,9 +299,8 @@ class CostOracle:
         prm[K.P_SC:K.P_SC + K.N_FAMILIES] = self._peaks
         for ph, phase in enumerate(PHASES):
             for f, fam in enumerate(FAMILIES):
-                e = prof.eff(fam, phase)
-                prm[K.eff_index(ph, f, 0)] = e.ec
-                prm[K.eff_index(ph, f, 1)] = e.em
+                prm[K.eff_index(ph, f, 0)], prm[K.eff_index(ph, f, 1)] = \
+                    prof.priced_eff(fam, phase)
         for f, fam in enumerate(FAMILIES):
             prm[K.P_FIXED + f] = prof.kernel_fixed(fam)
         return prm

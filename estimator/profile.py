@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .catalog import resolve_gpu
 from .correctors import GridTable
-from .specs import GPUSpec, SpecError, read_text_file
+from .specs import GPUSpec, SpecError, check_phase_speed, read_text_file
 
 FAMILIES = ("gemm", "attention", "elementwise", "moe", "comm")
 MODULES = ("embedding", "norm", "attention", "mlp", "moe", "final_norm", "lm_head", "sampler")
@@ -99,6 +99,12 @@ class Profile(BaseModel):
         default_factory=lambda: {1: 0.0, 2: 342e6, 4: 392e6, 8: 392e6},
         description="NCCL buffers per rank by group size (aiconfigurator's observed values)",
     )
+    phase_speed: dict[str, float] = Field(
+        default_factory=dict,
+        description="GPU time of the compute and memory work per phase divided by these "
+        "('prefill', 'decode'; collectives and kernel launches not): a borrowed profile's, "
+        "from its GPU's lender_speed",
+    )
     correctors: dict[str, GridTable] = Field(
         default_factory=dict,
         description="learned residual correctors by name (serveplan.estimator.correctors)",
@@ -109,6 +115,13 @@ class Profile(BaseModel):
 
     def eff(self, family: str, phase: str) -> Efficiency:
         return getattr(self.efficiency[family], phase)
+
+    def priced_eff(self, family: str, phase: str) -> tuple[float, float]:
+        """``(e_c, e_m)`` the oracle prices ``family`` with in ``phase``: :meth:`eff` times
+        the phase's :attr:`phase_speed` (collectives: :meth:`eff`)."""
+        e = self.eff(family, phase)
+        speed = 1.0 if family == "comm" else self.phase_speed.get(phase, 1.0)
+        return e.ec * speed, e.em * speed
 
     def kernel_fixed(self, family: str) -> float:
         """Fixed GPU seconds of one kernel of ``family``."""
@@ -129,6 +142,7 @@ class Profile(BaseModel):
             raise SpecError(
                 f"profile {self.name}: unknown dispatch module(s) {unknown}; known: {MODULES}"
             )
+        check_phase_speed(f"profile {self.name}: phase_speed", self.phase_speed)
         unknown = [f for f in self.kernel_fixed_family_s if f not in FAMILIES]
         if unknown:
             raise SpecError(
@@ -181,8 +195,12 @@ def _bundled(gpu: str | GPUSpec, engine: str = DEFAULT_ENGINE) -> Profile | None
     note = {"borrowed_by": gpu.name, "borrowed_from": gpu.profile_from, "reason": (
         f"no per-op data for {gpu.name}; fractions of peak fitted on {gpu.profile_from}, "
         "the same SM architecture, applied to its own peaks")}
+    speed = dict(gpu.lender_speed or {})
+    if speed:
+        note["lender_speed"] = speed
     return lender.model_copy(update={"name": f"{lender.name} (for {gpu.name})",
-                                     "provenance": {**lender.provenance, **note}})
+                                     "provenance": {**lender.provenance, **note},
+                                     "phase_speed": speed})
 
 
 def load_profile(gpu: str | GPUSpec | None = None, path: str | Path | None = None) -> Profile:

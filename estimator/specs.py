@@ -8,6 +8,7 @@ Hugging Face ``config.json``; a :class:`GPUSpec` is one accelerator's peaks; a
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -241,6 +242,20 @@ class ModelSpec(BaseModel):
         return cls(**model_fields(cfg, name, hf_quant=hf_quant_config, source=source))
 
 
+STEP_PHASES = ("prefill", "decode")
+
+
+def check_phase_speed(what: str, speed: dict[str, float]) -> None:
+    """Raise :class:`SpecError` unless ``speed`` maps phases (:data:`STEP_PHASES`) to
+    finite numbers > 0."""
+    bad = [k for k in speed if k not in STEP_PHASES]
+    if bad:
+        raise SpecError(f"{what}: unknown phase(s) {bad}; valid: {list(STEP_PHASES)}")
+    for phase, value in speed.items():
+        if not (math.isfinite(value) and value > 0):
+            raise SpecError(f"{what}: {phase} must be a finite number > 0, got {value!r}")
+
+
 class GPUSpec(BaseModel):
     """Peaks of one accelerator (decimal units: B/s, FLOP/s; bytes; seconds)."""
 
@@ -264,6 +279,11 @@ class GPUSpec(BaseModel):
     profile_from: str | None = Field(None, description="the GPU whose shipped calibration "
                                      "profiles this one uses when it has none of its own "
                                      "(same SM architecture); None: the Profile defaults")
+    lender_speed: dict[str, float] | None = Field(
+        None, description="with profile_from: how much faster than the lender's profile "
+        "on this GPU's own peaks its steps run, per phase ('prefill', 'decode'; 1.1: 10 % "
+        "less GPU time in that phase's compute and memory work; collectives and kernel "
+        "launches as the lender's), measured on deployments run on both GPUs; None: 1")
 
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:
@@ -273,6 +293,11 @@ class GPUSpec(BaseModel):
         if bad:
             raise SpecError(f"GPU {self.name}: unknown dtype(s) in flops: {bad}; "
                             f"valid: {list(COMPUTE_DTYPES)}")
+        if self.lender_speed is not None:
+            check_phase_speed(f"GPU {self.name}: lender_speed", self.lender_speed)
+            if self.profile_from is None:
+                raise SpecError(f"GPU {self.name}: lender_speed needs profile_from (the "
+                                "GPU whose profile it speeds up)")
         return self
 
     def peak_flops(self, dtype: str) -> float:

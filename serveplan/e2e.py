@@ -225,11 +225,13 @@ def expressible(row: E2ERow, data_dir: Path) -> str | None:
     return _topology_reason(row, s.model) or _fit_reason(row, Path(data_dir))
 
 
-def _pool(row: E2ERow, data_dir: Path, *, engine: bool, runtime_profile: str | None) -> dict:
-    """The pool fields every role shares: model, GPU, precision, engine and KV block."""
+def _pool(row: E2ERow, data_dir: Path, *, engine: bool, runtime_profile: str | None,
+          gpu: str | None = None) -> dict:
+    """The pool fields every role shares: model, GPU (``gpu``: a catalog name or GPU YAML
+    in place of the row's system), precision, engine and KV block."""
     s = served(row, data_dir)
-    pool = {"model": s.model, "gpu": row.system.removesuffix("_sxm"), "max_model_len": row.isl + row.osl + 1500,
-            "enable_prefix_caching": False}
+    pool = {"model": s.model, "gpu": gpu or row.system.removesuffix("_sxm"),
+            "max_model_len": row.isl + row.osl + 1500, "enable_prefix_caching": False}
     if s.quantization is not None:
         pool["quantization"] = s.quantization
     if s.kv_dtype is not None:
@@ -282,10 +284,11 @@ def _engine_flags(row: E2ERow, base: dict, engine: bool) -> dict:
 
 
 def deployment(row: E2ERow, data_dir: Path, *, engine: bool = True,
-               runtime_profile: str | None = None) -> dict:
+               runtime_profile: str | None = None, gpu: str | None = None) -> dict:
     """The row's deployment as a pools config, with the engine flags it ran
-    (:func:`_engine_flags`)."""
-    base = _pool(row, data_dir, engine=engine, runtime_profile=runtime_profile)
+    (:func:`_engine_flags`); ``gpu`` replaces the row's GPU (a GPU YAML of it with other
+    constants, :func:`serveplan.e2e_gpu_speed.gpu_yaml`)."""
+    base = _pool(row, data_dir, engine=engine, runtime_profile=runtime_profile, gpu=gpu)
     if row.mode != "agg":
         return disagg_pools(row, base)
     tp, dp, ep = layout(row) if row_client(row) is BENCH_CLIENT else (row.tp, row.dp, row.ep)
