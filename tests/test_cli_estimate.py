@@ -29,6 +29,9 @@ def test_estimate_says_which_profile_a_gpu_borrows(oracle_8b):
     assert r.exit_code == 0, r.output
     assert "profile: b200's (no per-op data for gb200)" in r.output
     assert "profile:" not in run("estimate", "--gpu", "h100", *args).output
+    b300 = " ".join(run("estimate", "--gpu", "b300", *args).output.split())
+    assert ("profile: b200's (no per-op data for b300; at its measured speed, prefill "
+            "1.135x, decode 1.035x)") in b300
 
 
 def test_estimate_json_matches_python_api(oracle_8b):

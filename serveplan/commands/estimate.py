@@ -175,7 +175,10 @@ def _print_step(bd: Breakdown, oracle: CostOracle, title: str, tokens: int) -> N
         console.print(f"MoE: the busiest ep rank holds {oracle.moe_load:.3f}x the mean load")
     lender = oracle.profile.provenance.get("borrowed_from")
     if lender is not None:
-        console.print(f"profile: {lender}'s (no per-op data for {oracle.gpu.name})")
+        speed = ", ".join(f"{phase} {v:g}x" for phase, v in
+                          sorted(oracle.profile.phase_speed.items(), reverse=True))
+        speed = f"; at its measured speed, {speed}" if speed else ""
+        console.print(f"profile: {lender}'s (no per-op data for {oracle.gpu.name}{speed})")
 
 
 Engine = Enum("Engine", {e: e for e in ENGINES}, type=str)  # vllm, sglang, trtllm
