@@ -110,9 +110,9 @@ def unique_runs(rows):
 _SHARED: dict = {}  # rows and resolved deployments, inherited by forked workers
 
 
-def _fork_map(fn, tasks, jobs: int) -> list:
+def fork_map(fn, tasks, jobs: int) -> list:
     """``[fn(t) for t in tasks]``, on ``jobs`` forked worker processes when ``jobs > 1``
-    (they inherit :data:`_SHARED`)."""
+    (they inherit this process's state, :data:`_SHARED` and the callers' own)."""
     if jobs <= 1 or len(tasks) < 2:
         return [fn(t) for t in tasks]
     import multiprocessing
@@ -141,7 +141,7 @@ def predict_all(rows, resolved, terms=None, jobs=1, data=None) -> np.ndarray:
     _SHARED.update(rows=rows, resolved=resolved, data=data)
     order = sorted(range(len(first)), key=lambda i: -_sim_cost(rows[first[i]]))
     out = np.empty((len(first), 2))  # the longest first: no worker idles on a late one
-    runs = _fork_map(_predict_task, [(first[i], terms) for i in order], jobs)
+    runs = fork_map(_predict_task, [(first[i], terms) for i in order], jobs)
     out[order] = np.array(runs, dtype=float).reshape(len(order), 2)
     return out[which]
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from accuracy_e2e import DATA, fork_map
 
 from serveplan.e2e import expressible, load_rows, simulate_row
 from serveplan.e2e_gpu_speed import (
@@ -35,7 +36,6 @@ from serveplan.e2e_gpu_speed import (
 )
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parents[1] / "shared" / "data" / "e2e" / "aic_silicon_blackwell"
 BORROWER = "b300"
 _SHARED: dict = {}
 
@@ -52,13 +52,7 @@ def predict_pairs(pairs, data: Path, jobs: int) -> np.ndarray:
         as_lender = str(gpu_yaml(BORROWER, None, Path(tmp)))
         tasks = [t for p in pairs for t in ((p.lender[0], None), (p.borrower[0], as_lender))]
         _SHARED["data"] = data
-        if jobs > 1:
-            import multiprocessing
-
-            with multiprocessing.get_context("fork").Pool(jobs) as pool:
-                runs = pool.map(_simulate, tasks, chunksize=1)
-        else:
-            runs = [_simulate(t) for t in tasks]
+        runs = fork_map(_simulate, tasks, jobs)
     return np.array(runs, dtype=float).reshape(len(pairs), 2, 2)
 
 
