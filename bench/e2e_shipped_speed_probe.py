@@ -14,12 +14,10 @@ Usage: ``python bench/e2e_shipped_speed_probe.py [--engine vllm ...] [--jobs 2]`
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
 
-import numpy as np
 from accuracy_e2e import (
     DATA,
     HERE,
@@ -32,6 +30,7 @@ from accuracy_e2e import (
 )
 from accuracy_e2e_breakdown import distinct_measurements
 from accuracy_e2e_gpus import HELD_OUT_GPU
+from accuracy_e2e_rowsfile import read_rows_csv
 
 from serveplan.e2e import expressible, load_rows, resolve_row
 from serveplan.e2e_fit import E2E_FIT_TERMS, STEP_OVERHEAD_TERM
@@ -41,15 +40,14 @@ from serveplan.estimator.runtime import RuntimeTerms
 def shipped_fits(engine: str, jobs: int) -> tuple[int, dict, dict, dict]:
     """The engine's B300 rows, and its shipped fit on the report's rows, at the catalog's
     B300 speed, and as shipped."""
-    rows = [r for r in load_rows(DATA / "silicon_blackwell.csv")
-            if r.engine == engine and expressible(r, DATA) is None]
+    ok = [r for r in load_rows(DATA / "silicon_blackwell.csv") if expressible(r, DATA) is None]
+    mine = [k for k, r in enumerate(ok) if r.engine == engine]
+    rows = [ok[k] for k in mine]
     report = json.loads((HERE / "results" / "accuracy_e2e.json").read_text())
     shipped = report["profiles"][engine]
     names = [n for n in E2E_FIT_TERMS if n not in shipped["skipped"]]
-    with (HERE / "results" / "accuracy_e2e_rows.csv").open(newline="") as fh:
-        table = {t["id"]: t for t in csv.DictReader(fh)}
-    unfitted = np.array([[float(table[r.id][f"engine_unfitted_{m}_ms"]) for m in ("ttft", "tpot")]
-                         for r in rows])
+    unfitted = read_rows_csv(HERE / "results" / "accuracy_e2e_rows.csv", ok,
+                             ["engine_unfitted"])["engine_unfitted"][mine]
     idx = [k for k, c in enumerate(distinct_measurements(rows)) if c]
     resolved, prefill_s = resolve_all(rows, DATA)  # the B300 rows at the held-out speed
     layers = model_shapes(resolved)

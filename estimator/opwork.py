@@ -24,7 +24,7 @@ from .correctors import FAMILY_AXES, FAMILY_FEATURES
 from .ops import MOE_KERNELS, gemm_coeffs, gqa_attention_coeffs, moe_coeffs, moe_routing
 from .profile import FAMILIES, Profile
 from .quantization import TensorFormat
-from .specs import DTYPE_BYTES, GPUSpec
+from .specs import DTYPE_BYTES, STEP_PHASES, GPUSpec
 
 __all__ = [
     "COMPUTE_FAMILIES",
@@ -222,7 +222,7 @@ def _profile_arrays(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarra
     """e_c, e_m as (phase, family) arrays and fixed seconds per family."""
     ec = np.empty((2, K.N_FAMILIES))
     em = np.empty((2, K.N_FAMILIES))
-    for p, phase in enumerate(("prefill", "decode")):
+    for p, phase in enumerate(STEP_PHASES):
         for f, fam in enumerate(FAMILIES):
             ec[p, f], em[p, f] = profile.priced_eff(fam, phase)
     fixed = np.array([profile.kernel_fixed(f) for f in FAMILIES])

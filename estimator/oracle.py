@@ -36,9 +36,8 @@ from .ops import (
 from .profile import FAMILIES, Profile, load_profile
 from .quantization import Quantization, corrector_dtype
 from .routing import MoERouting
+from .specs import STEP_PHASES as PHASES
 from .specs import GPUSpec, ModelSpec, Parallelism, SpecError
-
-PHASES = ("prefill", "decode")
 
 
 def cuda_graph_sizes(max_num_seqs: int = 256, max_size: int | None = None,

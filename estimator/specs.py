@@ -243,6 +243,7 @@ class ModelSpec(BaseModel):
 
 
 STEP_PHASES = ("prefill", "decode")
+"""The phases whose op rows the oracle prices with their own efficiencies."""
 
 
 def check_phase_speed(what: str, speed: dict[str, float]) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 
 from serveplan.e2e import E2ERow
+from serveplan.e2e_fit import measured_means
 from serveplan.estimator.catalog import resolve_gpu
 from serveplan.estimator.specs import GPUSpec
 
@@ -41,9 +42,8 @@ LENDER_SYSTEM = {"b300_sxm": "b200_sxm"}
 @dataclass(frozen=True)
 class SpeedPair:
     """One deployment and load measured on both systems: the rows of each (repeats of one
-    run on other dates are one side's rows), keyed by what the pair shares."""
+    run on other dates are one side's rows)."""
 
-    key: tuple
     lender: tuple[E2ERow, ...]
     borrower: tuple[E2ERow, ...]
 
@@ -71,14 +71,14 @@ def speed_pairs(rows: Sequence[E2ERow], borrower: str = "b300_sxm") -> list[Spee
     for r in rows:
         if r.mode == "agg" and r.system in (lender, borrower):
             sides[_pair_key(r)][r.system].append(r)
-    return [SpeedPair(k, tuple(s[lender]), tuple(s[borrower]))
-            for k, s in sorted(sides.items(), key=lambda kv: repr(kv[0]))
+    return [SpeedPair(tuple(s[lender]), tuple(s[borrower]))
+            for _, s in sorted(sides.items(), key=lambda kv: repr(kv[0]))
             if s[lender] and s[borrower]]
 
 
 def measured(pair_side: Sequence[E2ERow]) -> np.ndarray:
     """A side's measured (TTFT, TPOT), ms: the median of its runs."""
-    return np.median([[r.ttft_ms, r.tpot_ms] for r in pair_side], axis=0)
+    return np.median(measured_means(pair_side), axis=0)
 
 
 def pair_speeds(predicted: np.ndarray, meas: np.ndarray) -> np.ndarray:
