@@ -11,7 +11,9 @@ sample of the training rows simulated with them (:func:`fit_resimulated`); the e
 dispatch term, which has no closed form, takes each row's secant from one more simulation
 with that term alone (:data:`EAGER_PROBE`); each held-out row is then simulated with its
 fold's terms. The shipped profile's terms are fitted on all rows of an engine that has
-rows of two or more models (``--write-profiles``).
+rows of two or more models (``--write-profiles``), each row on its GPU as the catalog has
+it (B300 at its measured speed; every prediction scored holds that speed out,
+:mod:`accuracy_e2e_sims`).
 
 Writes ``bench/results/accuracy_e2e.md``, ``.json`` and ``_rows.csv`` (every row's
 measured and predicted means; ``--out NAME``: ``NAME.md`` ...).
@@ -26,7 +28,6 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,21 +45,14 @@ from accuracy_e2e_breakdown import (
     worse_models,
 )
 from accuracy_e2e_domains import fold_domain_table, held_out_outside
-from accuracy_e2e_gpus import HELD_OUT_GPU, hold_out_gpu_speeds
 from accuracy_e2e_layouts import agg_layout, best_layout, pd_layout
 from accuracy_e2e_profiles import write_profiles
 from accuracy_e2e_rowsfile import read_rows_csv, write_rows_csv
 from accuracy_e2e_selfcal import SELF_TERMS, self_calibrated
 from accuracy_e2e_selfcal import summary as selfcal_summary
+from accuracy_e2e_sims import at_catalog_speed, predict_all, resolve_all, sim_key
 
-from serveplan.e2e import (
-    expressible,
-    load_rows,
-    resolve_row,
-    row_client,
-    simulate_row,
-    with_terms,
-)
+from serveplan.e2e import expressible, load_rows
 from serveplan.e2e_fit import (
     E2E_FIT_TERMS,
     EAGER_PROBE_S,
@@ -67,13 +61,11 @@ from serveplan.e2e_fit import (
     STEP_OVERHEAD_TERM,
     RowShape,
     fit_rows,
-    mean_lengths,
     measured_means,
     row_slopes,
 )
 from serveplan.e2e_select import OPTIONAL_TERMS, select_terms, term_sets
 from serveplan.e2e_served import held_out_units
-from serveplan.e2e_versions import engine_version
 from serveplan.estimator.runtime import RuntimeTerms
 
 HERE = Path(__file__).resolve().parent
@@ -84,85 +76,9 @@ EAGER_PROBE = "eager_probe"
 :data:`~serveplan.e2e_fit.EAGER_PROBE_S`: with setting (b), that term's secant slopes."""
 
 
-def sim_key(row):
-    """What a simulation of ``row`` depends on: the row without its id and measurements
-    (the measurement date only through the engine version it selects, its source only
-    through the client it names)."""
-    version = engine_version(row.engine, row.version, row.measured)
-    return replace(row, id="", ttft_ms=0.0, tpot_ms=0.0, measured="", version=version or "",
-                   source=type(row_client(row)).__name__)
-
-
-def unique_runs(rows):
-    """The distinct simulations among ``rows``: (the index of each one's first row, the
-    index of each row's simulation). Repeated measurements of one deployment and load are
-    simulated once."""
-    index, first, which = {}, [], []
-    for k, r in enumerate(rows):
-        key = sim_key(r)
-        if key not in index:
-            index[key] = len(first)
-            first.append(k)
-        which.append(index[key])
-    return first, np.array(which, dtype=np.int64)
-
-
-_SHARED: dict = {}  # rows and resolved deployments, inherited by forked workers
-
-
-def fork_map(fn, tasks, jobs: int) -> list:
-    """``[fn(t) for t in tasks]``, on ``jobs`` forked worker processes when ``jobs > 1``
-    (they inherit this process's state, :data:`_SHARED` and the callers' own)."""
-    if jobs <= 1 or len(tasks) < 2:
-        return [fn(t) for t in tasks]
-    import multiprocessing
-
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        return pool.map(fn, tasks, chunksize=1)
-
-
-def _predict_task(task):
-    """One simulation of :func:`predict_all`: ``(k, terms)``; ``terms`` None runs the
-    row's deployment as resolved, ``"gpu"`` without the engine runtime; the row's own
-    client (:func:`serveplan.e2e.row_client`)."""
-    k, terms = task
-    rows, resolved = _SHARED["rows"], _SHARED["resolved"]
-    if terms == "gpu":
-        return simulate_row(rows[k], _SHARED["data"], engine=False,
-                            gpu=HELD_OUT_GPU.get(rows[k].id))
-    res = with_terms(resolved[k], terms) if terms is not None else resolved[k]
-    return simulate_row(rows[k], resolved=res)
-
-
-def predict_all(rows, resolved, terms=None, jobs=1, data=None) -> np.ndarray:
-    """Mean TTFT and TPOT (ms) of every row, each distinct simulation run once (on ``jobs``
-    processes; ``terms="gpu"``: the GPU steps alone, resolved from ``data``)."""
-    first, which = unique_runs(rows)
-    _SHARED.update(rows=rows, resolved=resolved, data=data)
-    order = sorted(range(len(first)), key=lambda i: -_sim_cost(rows[first[i]]))
-    out = np.empty((len(first), 2))  # the longest first: no worker idles on a late one
-    runs = fork_map(_predict_task, [(first[i], terms) for i in order], jobs)
-    out[order] = np.array(runs, dtype=float).reshape(len(order), 2)
-    return out[which]
-
-
-def _sim_cost(row) -> int:
-    """A simulation's rough cost, to order the runs: the tokens its clients move."""
-    return row.concurrency * (row.isl + row.osl)
-
-
-def prefill_seconds(row, resolved) -> float:
-    """The oracle's prefill of one mean prompt of ``row``'s client, alone, on the
-    instance that prefills it (a first-order slope's scale, :mod:`serveplan.e2e_fit`)."""
-    pool = next((p for p in resolved.pools if p.config.role in ("prefill", "colocated")),
-                resolved.pools[0])
-    prompt = int(round(mean_lengths(row)[0]))
-    return float(np.asarray(pool.instance.oracle.prefill_time(batch_size=1,
-                                                              input_len=prompt)).ravel()[0])
-
-
 def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERMS,
-         resim_rows=RESIM_ROWS, optional=tuple(OPTIONAL_TERMS), units=None, counted=None):
+         resim_rows=RESIM_ROWS, optional=tuple(OPTIONAL_TERMS), units=None, counted=None,
+         shipped_inputs=None):
     """Leave-one-model-out predictions per engine (each model simulated with terms fitted
     on the engine's other models), the folds' fit summaries, each model's fold terms, and
     each engine's fit on all its rows of the terms some fold checked (fitted without a
@@ -170,7 +86,10 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
     checked, and does not ship); engines with one model are not fitted. ``units``: each
     row's held-out unit (default its model; :func:`serveplan.e2e_served.held_out_units`
     joins a model's twins, held out together); ``counted``: the rows the fits count (default
-    all; :func:`distinct_measurements` counts each run once), every row is predicted."""
+    all; :func:`distinct_measurements` counts each run once), every row is predicted;
+    ``shipped_inputs``: the ``(resolved, prefill_s, unfitted)`` the engines' fits on all
+    rows run on instead (:func:`accuracy_e2e_sims.at_catalog_speed`)."""
+    ship_res, ship_pre, ship_unf = shipped_inputs or (resolved, prefill_s, unfitted)
     pred = np.full((len(rows), 2), np.nan)
     counted = np.ones(len(rows), dtype=bool) if counted is None else counted
     folds, full, fold_terms = [], {}, {}
@@ -207,10 +126,10 @@ def lomo(rows, resolved, unfitted, layers, prefill_s, jobs=1, names=E2E_FIT_TERM
             validated |= {name for name in summ["fitted"] if any(
                 moves(rows[k], unfitted[k], layers[k], name, prefill_s[k]) for k in test)}
         idx = [k for k in idx if counted[k]]
-        chosen, choice = _shipped_set(idx, rows, unfitted, layers, prefill_s, candidates,
+        chosen, choice = _shipped_set(idx, rows, ship_unf, layers, ship_pre, candidates,
                                       start, unit, folds[-len(models):])
         checked = [n for n in chosen if n in validated]
-        terms, summ = fit_resimulated(idx, rows, resolved, unfitted, layers, prefill_s,
+        terms, summ = fit_resimulated(idx, rows, ship_res, ship_unf, layers, ship_pre,
                                       checked, start, jobs, resim_rows)
         summ.update(choice)
         summ["skipped"].update({n: "no held-out model's rows check it" for n in chosen
@@ -447,22 +366,11 @@ def _predict_settings(args, ok, resolved) -> dict:
     return preds
 
 
-def resolve_all(rows, data) -> tuple[list, list]:
-    """Every row's resolved deployment, each distinct one resolved once (B300 rows at their
-    held-out speed, :func:`hold_out_gpu_speeds`), and each row's oracle prefill of one mean
-    prompt (:func:`prefill_seconds`)."""
-    hold_out_gpu_speeds(rows)
-    first, which = unique_runs(rows)
-    resolved_u = [resolve_row(rows[k], data, gpu=HELD_OUT_GPU.get(rows[k].id))
-                  for k in first]
-    pre_u = [prefill_seconds(rows[k], res) for k, res in zip(first, resolved_u, strict=True)]
-    return [resolved_u[w] for w in which], [pre_u[w] for w in which]
-
-
 def _fits(args, ok, preds, prev: dict | None, resolved, eager) -> tuple[list, dict]:
     """The leave-one-model-out fits (adding settings (c) and (d) to ``preds``; ``eager``:
-    the rows' :data:`EAGER_PROBE` predictions); with ``--report-only`` the earlier run's
-    (``prev``: its report) fits and predictions."""
+    the rows' :data:`EAGER_PROBE` predictions), the shipped ones with every row at its
+    catalog GPU's speed; with ``--report-only`` the earlier run's (``prev``: its report)
+    fits and predictions."""
     if args.no_fit:
         return [], {}
     if prev is not None:
@@ -475,10 +383,11 @@ def _fits(args, ok, preds, prev: dict | None, resolved, eager) -> tuple[list, di
     optional = ((EXPERT_TERM, EAGER_TERM) if args.fit_step_overhead
                 else tuple(OPTIONAL_TERMS))
     units = held_out_units([r.model for r in ok], args.data)
+    shipped_inputs = at_catalog_speed(ok, resolved, prefill_s, unfitted, args.data, args.jobs)
     fitted, folds, full, fold_terms = lomo(ok, resolved, unfitted, layers, prefill_s,
                                            args.jobs, names, args.resim_rows, optional,
                                            [units[r.model] for r in ok],
-                                           distinct_measurements(ok))
+                                           distinct_measurements(ok), shipped_inputs)
     held_out_check(ok, unfitted, fitted, full)
     preds["engine_fitted_lomo"] = fitted
     preds["as_shipped"] = as_shipped(ok, unfitted, fitted, full)

@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from accuracy_e2e import DATA, RESIM_ROWS, lomo, model_shapes, resolve_all
+from accuracy_e2e import DATA, RESIM_ROWS, lomo, model_shapes
 from accuracy_e2e_breakdown import distinct_measurements, med_abs
 from accuracy_e2e_rowsfile import read_rows_csv
+from accuracy_e2e_sims import resolve_all
 
 from serveplan.e2e import expressible, load_rows
 from serveplan.e2e_fit import E2E_FIT_TERMS, EXPERT_TERM, STEP_OVERHEAD_TERM, measured_means

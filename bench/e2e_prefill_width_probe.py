@@ -25,8 +25,9 @@ import csv
 from pathlib import Path
 
 import numpy as np
-from accuracy_e2e import DATA, resolve_all
+from accuracy_e2e import DATA
 from accuracy_e2e_breakdown import distinct_measurements
+from accuracy_e2e_sims import resolve_all
 
 from serveplan.e2e import load_rows
 from serveplan.e2e_fit import (

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from accuracy_e2e import DATA, fork_map
+from accuracy_e2e import DATA
+from accuracy_e2e_sims import fork_map
 
 from serveplan.e2e import expressible, load_rows, simulate_row
 from serveplan.e2e_gpu_speed import (

@@ -175,3 +175,22 @@ def test_model_shapes_carry_each_rows_eager_secant(accuracy_e2e):
     assert shapes[0].eager == pytest.approx((40e3, 2e3))
     assert shapes[1].eager == (0.0, 0.0)
     assert accuracy_e2e.model_shapes([res], unfitted[:1]) == [RowShape(61, 14848)]
+
+
+def test_the_shipped_fit_runs_on_the_shipped_inputs(accuracy_e2e, monkeypatch):
+    """Models a, b, c need a 20 ms latency over the folds' term-free 100 ms. The shipped
+    inputs (a faster GPU, as the catalog has it) put every row's term-free TTFT at 90 ms:
+    the engine's fit on all rows lands on 120 - 90 = 30 ms, while every fold, and so every
+    held-out prediction, stays at 20 ms and 120 ms."""
+    monkeypatch.setattr(accuracy_e2e, "predict_all", lambda rows, resolved, terms, jobs: np.array(
+        [[P0_TTFT + 1e3 * terms.frontend_output_s, TPOT]] * len(rows)))
+    rows = [replace(_rows(1.0)[0], id=f"{m}{k}", model=m, ttft_ms=P0_TTFT + 20.0)
+            for m in "abc" for k in range(2)]
+    n = len(rows)
+    shipped = ([None] * n, [0.05] * n, np.array([[P0_TTFT - 10.0, TPOT]] * n))
+    pred, _, full, fold_terms = accuracy_e2e.lomo(
+        rows, [None] * n, np.array([[P0_TTFT, TPOT]] * n), [80] * n, [0.05] * n,
+        names=("frontend_output_s",), resim_rows=0, optional=(), shipped_inputs=shipped)
+    assert pred[:, 0] == pytest.approx([120.0] * n, rel=1e-3)
+    assert fold_terms["vllm", "a"].frontend_output_s == pytest.approx(0.020, rel=1e-3)
+    assert full["vllm"]["terms"].frontend_output_s == pytest.approx(0.030, rel=1e-3)
