@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from .specs import GPUSpec, ModelSpec, SpecError, read_text_file
 
@@ -230,6 +231,23 @@ def resolve_model(model: str | Path | dict | ModelSpec) -> ModelSpec:
     raise _unknown("model", text, list(_model_index()), list_models())
 
 
+def _gpu_file_problems(path: Path, exc: ValidationError, name: str) -> str:
+    """One line per problem of a GPU YAML file: ``field: message (FILE line N)``, the line
+    the field's key is on (the file's first line for a missing field)."""
+    node = yaml.compose(path.read_text(encoding="utf-8"))
+    key_lines = {k.value: k.start_mark.line + 1 for k, _ in getattr(node, "value", ())
+                 if isinstance(k, yaml.ScalarNode)}
+    lines = []
+    for err in exc.errors():
+        field = str(err["loc"][0]) if err["loc"] else "GPU"
+        msg = err["msg"].removeprefix("Value error, ").removeprefix(f"GPU {name}: ")
+        msg = msg.removeprefix(f"{field}: ").removeprefix(f"{field} ")
+        if "input" in err and isinstance(err["input"], (int, float, str)):
+            msg += f" (got {err['input']!r})"
+        lines.append(f"{field}: {msg} ({path} line {key_lines.get(field, 1)})")
+    return "\n".join(lines)
+
+
 def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
     """A :class:`GPUSpec` from a catalog name / alias, a YAML path, a dict or a spec."""
     if isinstance(gpu, GPUSpec):
@@ -248,7 +266,10 @@ def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
         if not isinstance(data, dict):
             raise CatalogError(f"{path}: expected a mapping of GPU fields")
         data.setdefault("name", path.stem)
-        return GPUSpec(**data)
+        try:
+            return GPUSpec(**data)
+        except ValidationError as exc:
+            raise CatalogError(_gpu_file_problems(path, exc, data["name"])) from None
     table = _gpu_table()
     key = text.lower()
     for name, fields in table.items():

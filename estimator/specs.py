@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .errors import SpecError
 from .hf_config import model_fields
@@ -286,20 +286,29 @@ class GPUSpec(BaseModel):
         "less GPU time in that phase's compute and memory work; collectives and kernel "
         "launches as the lender's), measured on deployments run on both GPUs; None: 1")
 
-    @model_validator(mode="after")
-    def _check(self) -> GPUSpec:
-        if "bf16" not in self.flops and "fp16" not in self.flops:
-            raise SpecError(f"GPU {self.name}: flops needs a bf16 or fp16 entry")
-        bad = [k for k in self.flops if k not in COMPUTE_DTYPES]
+    @field_validator("flops")
+    @classmethod
+    def _check_flops(cls, flops: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        name = info.data.get("name", "?")
+        if "bf16" not in flops and "fp16" not in flops:
+            raise SpecError(f"GPU {name}: flops needs a bf16 or fp16 entry")
+        bad = [k for k in flops if k not in COMPUTE_DTYPES]
         if bad:
-            raise SpecError(f"GPU {self.name}: unknown dtype(s) in flops: {bad}; "
+            raise SpecError(f"GPU {name}: unknown dtype(s) in flops: {bad}; "
                             f"valid: {list(COMPUTE_DTYPES)}")
-        if self.lender_speed is not None:
-            check_phase_speed(f"GPU {self.name}: lender_speed", self.lender_speed)
-            if self.profile_from is None:
-                raise SpecError(f"GPU {self.name}: lender_speed needs profile_from (the "
+        return flops
+
+    @field_validator("lender_speed")
+    @classmethod
+    def _check_lender_speed(cls, speed: dict[str, float] | None,
+                            info: ValidationInfo) -> dict[str, float] | None:
+        name = info.data.get("name", "?")
+        if speed is not None:
+            check_phase_speed(f"GPU {name}: lender_speed", speed)
+            if info.data.get("profile_from") is None:
+                raise SpecError(f"GPU {name}: lender_speed needs profile_from (the "
                                 "GPU whose profile it speeds up)")
-        return self
+        return speed
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak for ``dtype``; a dtype the GPU has no tensor cores for (fp8 on A100,
