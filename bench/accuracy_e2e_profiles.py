@@ -36,8 +36,10 @@ def write_profiles(full: dict, stamp: str, rows, data_dir) -> None:
             prof["provenance"] = {
                 "terms": "fitted by bench/accuracy_e2e.py (serveplan.estimator.runtime_fit) on "
                          "the expressible rows of e2e/aic_silicon_blackwell for this engine "
-                         "(a run exported more than once counted once), validated "
-                         "leave-one-model-out (bench/results/accuracy_e2e.md)",
+                         "(a run exported more than once counted once), each simulated "
+                         "on its GPU as the catalog has it (B300 at its measured "
+                         "lender_speed), validated leave-one-model-out with that speed "
+                         "held out too (bench/results/accuracy_e2e.md)",
                 "date": stamp, "median_abs_err_before": info["median_abs_err_before"],
                 "median_abs_err_held_out": info["median_abs_err_held_out"],
                 "held_out_models_worse": info["held_out_worse"],
