@@ -109,7 +109,6 @@ def resolve_all(rows, data) -> tuple[list, list]:
     return [resolved_u[w] for w in which], [pre_u[w] for w in which]
 
 
-
 def at_catalog_speed(rows, resolved, prefill_s, unfitted, data, jobs=1):
     """The inputs of the fits whose terms ship -- ``(resolved, prefill_s, unfitted)`` --
     with every row :func:`resolve_all` held out at another GPU speed (:data:`HELD_OUT_GPU`)
