@@ -97,16 +97,21 @@ def prefill_seconds(row, resolved) -> float:
                                                               input_len=prompt)).ravel()[0])
 
 
-def resolve_all(rows, data) -> tuple[list, list]:
-    """Every row's resolved deployment, each distinct one resolved once (B300 rows at their
-    held-out speed, :func:`hold_out_gpu_speeds`), and each row's oracle prefill of one mean
-    prompt (:func:`prefill_seconds`)."""
-    hold_out_gpu_speeds(rows)
+def _resolve_each(rows, data, gpu) -> tuple[list, list]:
+    """Every row's deployment resolved on ``gpu(row)`` (a GPU YAML; None: the catalog's),
+    each distinct one once, and each row's oracle prefill of one mean prompt
+    (:func:`prefill_seconds`)."""
     first, which = unique_runs(rows)
-    resolved_u = [resolve_row(rows[k], data, gpu=HELD_OUT_GPU.get(rows[k].id))
-                  for k in first]
+    resolved_u = [resolve_row(rows[k], data, gpu=gpu(rows[k])) for k in first]
     pre_u = [prefill_seconds(rows[k], res) for k, res in zip(first, resolved_u, strict=True)]
     return [resolved_u[w] for w in which], [pre_u[w] for w in which]
+
+
+def resolve_all(rows, data) -> tuple[list, list]:
+    """Every row's resolved deployment (B300 rows at their held-out speed,
+    :func:`hold_out_gpu_speeds`) and oracle prefill (:func:`_resolve_each`)."""
+    hold_out_gpu_speeds(rows)
+    return _resolve_each(rows, data, lambda row: HELD_OUT_GPU.get(row.id))
 
 
 def at_catalog_speed(rows, resolved, prefill_s, unfitted, data, jobs=1):
@@ -119,12 +124,9 @@ def at_catalog_speed(rows, resolved, prefill_s, unfitted, data, jobs=1):
     resolved, prefill_s, unfitted = list(resolved), list(prefill_s), np.array(unfitted)
     if not moved:
         return resolved, prefill_s, unfitted
-    first, which = unique_runs([rows[k] for k in moved])
-    resolved_u = [resolve_row(rows[moved[i]], data) for i in first]
-    pre_u = [prefill_seconds(rows[moved[i]], res) for i, res in zip(first, resolved_u,
-                                                                     strict=True)]
-    for k, w in zip(moved, which, strict=True):
-        resolved[k], prefill_s[k] = resolved_u[w], pre_u[w]
+    at_catalog = _resolve_each([rows[k] for k in moved], data, lambda row: None)
+    for k, res, pre in zip(moved, *at_catalog, strict=True):
+        resolved[k], prefill_s[k] = res, pre
     unfitted[moved] = predict_all([rows[k] for k in moved], [resolved[k] for k in moved],
                                   RuntimeTerms(), jobs)
     return resolved, prefill_s, unfitted

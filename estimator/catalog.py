@@ -231,10 +231,10 @@ def resolve_model(model: str | Path | dict | ModelSpec) -> ModelSpec:
     raise _unknown("model", text, list(_model_index()), list_models())
 
 
-def _gpu_file_problems(path: Path, exc: ValidationError, name: str) -> str:
-    """One line per problem of a GPU YAML file: ``field: message (FILE line N)``, the line
-    the field's key is on (the file's first line for a missing field)."""
-    node = yaml.compose(path.read_text(encoding="utf-8"))
+def _gpu_file_problems(path: Path, text: str, exc: ValidationError, name: str) -> str:
+    """One line per problem of the GPU YAML file ``path`` (its ``text``): ``field: message
+    (FILE line N)``, the line the field's key is on (the first line for a missing field)."""
+    node = yaml.compose(text)
     key_lines = {k.value: k.start_mark.line + 1 for k, _ in getattr(node, "value", ())
                  if isinstance(k, yaml.ScalarNode)}
     lines = []
@@ -259,8 +259,9 @@ def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.exists():
             raise CatalogError(f"{path}: no such file")
+        source = _read_text(path, "a GPU YAML file")
         try:
-            data = yaml.safe_load(_read_text(path, "a GPU YAML file"))
+            data = yaml.safe_load(source)
         except yaml.YAMLError as exc:
             raise CatalogError(f"{path}: not valid YAML ({exc})") from None
         if not isinstance(data, dict):
@@ -269,7 +270,7 @@ def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
         try:
             return GPUSpec(**data)
         except ValidationError as exc:
-            raise CatalogError(_gpu_file_problems(path, exc, data["name"])) from None
+            raise CatalogError(_gpu_file_problems(path, source, exc, data["name"])) from None
     table = _gpu_table()
     key = text.lower()
     for name, fields in table.items():
