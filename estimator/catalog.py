@@ -28,6 +28,7 @@ import yaml
 from pydantic import ValidationError
 
 from .specs import GPUSpec, ModelSpec, SpecError, read_text_file
+from .validation import file_problems
 
 __all__ = ["CatalogError", "list_gpus", "list_models", "model_repo", "resolve_gpu",
            "resolve_model"]
@@ -231,23 +232,6 @@ def resolve_model(model: str | Path | dict | ModelSpec) -> ModelSpec:
     raise _unknown("model", text, list(_model_index()), list_models())
 
 
-def _gpu_file_problems(path: Path, text: str, exc: ValidationError, name: str) -> str:
-    """One line per problem of the GPU YAML file ``path`` (its ``text``): ``field: message
-    (FILE line N)``, the line the field's key is on (the first line for a missing field)."""
-    node = yaml.compose(text)
-    key_lines = {k.value: k.start_mark.line + 1 for k, _ in getattr(node, "value", ())
-                 if isinstance(k, yaml.ScalarNode)}
-    lines = []
-    for err in exc.errors():
-        field = str(err["loc"][0]) if err["loc"] else "GPU"
-        msg = err["msg"].removeprefix("Value error, ").removeprefix(f"GPU {name}: ")
-        msg = msg.removeprefix(f"{field}: ").removeprefix(f"{field} ")
-        if "input" in err and isinstance(err["input"], (int, float, str)):
-            msg += f" (got {err['input']!r})"
-        lines.append(f"{field}: {msg} ({path} line {key_lines.get(field, 1)})")
-    return "\n".join(lines)
-
-
 def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
     """A :class:`GPUSpec` from a catalog name / alias, a YAML path, a dict or a spec."""
     if isinstance(gpu, GPUSpec):
@@ -270,7 +254,7 @@ def resolve_gpu(gpu: str | Path | dict | GPUSpec) -> GPUSpec:
         try:
             return GPUSpec(**data)
         except ValidationError as exc:
-            raise CatalogError(_gpu_file_problems(path, source, exc, data["name"])) from None
+            raise CatalogError(file_problems(exc, path, source, root="GPU")) from None
     table = _gpu_table()
     key = text.lower()
     for name, fields in table.items():

@@ -14,11 +14,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from .catalog import resolve_gpu
 from .correctors import GridTable
 from .specs import GPUSpec, SpecError, check_phase_speed, read_text_file
+from .validation import file_problems
 
 FAMILIES = ("gemm", "attention", "elementwise", "moe", "comm")
 MODULES = ("embedding", "norm", "attention", "mlp", "moe", "final_norm", "lm_head", "sampler")
@@ -133,22 +134,29 @@ class Profile(BaseModel):
         keys = sorted(k for k in self.nccl_bytes if k <= group) or [min(self.nccl_bytes)]
         return self.nccl_bytes[keys[-1]]
 
-    def model_post_init(self, __context) -> None:
-        missing = [f for f in FAMILIES if f not in self.efficiency]
+    @field_validator("efficiency")
+    @classmethod
+    def _check_efficiency(cls, efficiency: dict) -> dict:
+        missing = [f for f in FAMILIES if f not in efficiency]
         if missing:
-            raise SpecError(f"profile {self.name}: efficiency lacks families {missing}")
-        unknown = [m for m in self.dispatch_s if m not in MODULES]
+            raise SpecError(f"lacks families {missing}")
+        return efficiency
+
+    @field_validator("dispatch_s", "kernel_fixed_family_s")
+    @classmethod
+    def _check_keys(cls, per_key: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        what, known = (("module", MODULES) if info.field_name == "dispatch_s" else
+                       ("family", FAMILIES))
+        unknown = [k for k in per_key if k not in known]
         if unknown:
-            raise SpecError(
-                f"profile {self.name}: unknown dispatch module(s) {unknown}; known: {MODULES}"
-            )
-        check_phase_speed(f"profile {self.name}: phase_speed", self.phase_speed)
-        unknown = [f for f in self.kernel_fixed_family_s if f not in FAMILIES]
-        if unknown:
-            raise SpecError(
-                f"profile {self.name}: unknown kernel_fixed_family_s family(s) {unknown}; "
-                f"known: {FAMILIES}"
-            )
+            raise SpecError(f"unknown {what}(s) {unknown}; known: {known}")
+        return per_key
+
+    @field_validator("phase_speed")
+    @classmethod
+    def _check_phase_speed(cls, phase_speed: dict[str, float]) -> dict[str, float]:
+        check_phase_speed("phase_speed", phase_speed)
+        return phase_speed
 
 
 ENGINES = ("vllm", "trtllm", "sglang")
@@ -222,7 +230,8 @@ def load_profile(gpu: str | GPUSpec | None = None, path: str | Path | None = Non
             raise SpecError(f"{p}: no such profile file" if not p.exists() else
                             f"{p}: not a file (expected a calibration profile JSON)")
         try:
-            data = json.loads(read_text_file(p, "a calibration profile JSON"))
+            text = read_text_file(p, "a calibration profile JSON")
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SpecError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         except OSError as exc:
@@ -233,8 +242,7 @@ def load_profile(gpu: str | GPUSpec | None = None, path: str | Path | None = Non
         try:
             return Profile(**data)
         except ValidationError as exc:
-            lines = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-            raise SpecError(f"{p}: " + "; ".join(lines)) from None
+            raise SpecError(file_problems(exc, p, text, root="profile")) from None
     if gpu is not None:
         prof = _bundled(gpu)
         if prof is not None:

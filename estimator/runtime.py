@@ -36,6 +36,7 @@ from serveplan.sim.runtime import FrontEnd, StepRuntime
 
 from .memory import parameter_count
 from .specs import SpecError
+from .validation import file_problems
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
 DP_SHARED_LIMITS = ("sglang",)
@@ -307,19 +308,15 @@ def load_runtime_profile(engine: str, path: str | Path | None = None) -> Runtime
     """The shipped profile of ``engine`` (or the JSON at ``path``)."""
     if engine not in ENGINE_NAMES and path is None:
         raise SpecError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
+    source = Path(path) if path is not None else resources.files(
+        "serveplan.estimator").joinpath("data", "runtime", f"{engine}.json")
     try:
-        if path is not None:
-            text = Path(path).read_text()
-        else:
-            text = resources.files("serveplan.estimator").joinpath(
-                "data", "runtime", f"{engine}.json").read_text()
+        text = source.read_text()
         return RuntimeProfile.model_validate(json.loads(text))
     except (OSError, json.JSONDecodeError) as exc:
         raise SpecError(f"cannot read the runtime profile of {engine}: {exc}") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        raise SpecError(f"runtime profile of {engine}: {loc}: {first.get('msg')}") from None
+        raise SpecError(file_problems(exc, source, text, root="runtime profile")) from None
 
 
 @dataclass(frozen=True)

@@ -288,13 +288,12 @@ class GPUSpec(BaseModel):
 
     @field_validator("flops")
     @classmethod
-    def _check_flops(cls, flops: dict[str, float], info: ValidationInfo) -> dict[str, float]:
-        name = info.data.get("name", "?")
+    def _check_flops(cls, flops: dict[str, float]) -> dict[str, float]:
         if "bf16" not in flops and "fp16" not in flops:
-            raise SpecError(f"GPU {name}: flops needs a bf16 or fp16 entry")
+            raise SpecError("flops: needs a bf16 or fp16 entry")
         bad = [k for k in flops if k not in COMPUTE_DTYPES]
         if bad:
-            raise SpecError(f"GPU {name}: unknown dtype(s) in flops: {bad}; "
+            raise SpecError(f"flops: unknown dtype(s) {bad}; "
                             f"valid: {list(COMPUTE_DTYPES)}")
         return flops
 
@@ -302,11 +301,10 @@ class GPUSpec(BaseModel):
     @classmethod
     def _check_lender_speed(cls, speed: dict[str, float] | None,
                             info: ValidationInfo) -> dict[str, float] | None:
-        name = info.data.get("name", "?")
         if speed is not None:
-            check_phase_speed(f"GPU {name}: lender_speed", speed)
+            check_phase_speed("lender_speed", speed)
             if info.data.get("profile_from") is None:
-                raise SpecError(f"GPU {name}: lender_speed needs profile_from (the "
+                raise SpecError("lender_speed: needs profile_from (the "
                                 "GPU whose profile it speeds up)")
         return speed
 
