@@ -134,10 +134,10 @@ def _child(node, part):
 
 def _node_line(node, loc: tuple, value, *, missing: bool = False) -> int | None:
     """The 1-based line of field ``loc`` under ``node`` if it holds ``value`` there (for a
-    ``missing`` field: the line of the mapping that lacks it)."""
+    ``missing`` field: the line of the mapping that lacks it, None at the top level)."""
     if node is None:
         return None
-    line = node.start_mark.line + 1
+    line = None  # a field missing from the top level is on no line
     for part in loc[:-1] if missing else loc:
         found = _child(node, part)
         if found is None:

@@ -75,7 +75,7 @@ def test_gpu_from_yaml_and_errors(tmp_path):
 
 def test_a_bad_gpu_yaml_names_each_field_and_its_line(tmp_path):
     """Line 2 holds a negative memory size, line 4 flops without a 16-bit peak, line 6 an
-    unknown phase of lender_speed; scaleout_bw is missing (the file's first line)."""
+    unknown phase of lender_speed; scaleout_bw is missing (on no line: the file alone)."""
     path = tmp_path / "bad.yaml"
     path.write_text("profile_from: b200\nmemory_bytes: -3\nmem_bw: 2.0e12\n"
                     "flops: {fp8: 5.0e14}\nscaleup_bw: 1.0e11\nlender_speed: {prefil: 1.1}\n")
@@ -84,7 +84,7 @@ def test_a_bad_gpu_yaml_names_each_field_and_its_line(tmp_path):
     assert str(err.value).splitlines() == [
         f"memory_bytes: Input should be greater than 0 (got -3) ({path} line 2)",
         f"flops: needs a bf16 or fp16 entry ({path} line 4)",
-        f"scaleout_bw: Field required ({path} line 1)",
+        f"scaleout_bw: Field required ({path})",
         f"lender_speed: unknown phase(s) ['prefil']; valid: ['prefill', 'decode'] ({path} line 6)",
     ]
 

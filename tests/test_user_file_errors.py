@@ -74,13 +74,19 @@ def test_a_bad_runtime_profile_names_every_problem_with_its_nested_field(tmp_pat
 
 
 def test_a_missing_field_points_at_the_mapping_that_lacks_it(tmp_path):
+    """Nested, the line of the mapping's key; at the top level no line: the file alone."""
     data = _shipped_runtime()
-    del data["versions"]
+    del data["versions"][0]["label"]
+    del data["engine"]
+    text = json.dumps(data, indent=1)
     path = tmp_path / "runtime.json"
-    path.write_text("\n" + json.dumps(data, indent=1))  # the mapping opens on line 2
+    path.write_text(text)
+    item_line = 1 + text.splitlines().index(' "versions": [') + 1  # its "{" line
     with pytest.raises(SpecError) as err:
         load_runtime_profile("vllm", path)
-    assert str(err.value) == f"versions: Field required ({path} line 2)"
+    assert str(err.value).splitlines() == [
+        f"engine: Field required ({path})",
+        f"versions[0].label: Field required ({path} line {item_line})"]
 
 
 def test_a_value_the_file_does_not_hold_there_names_the_file_alone(tmp_path):
