@@ -312,11 +312,15 @@ def load_runtime_profile(engine: str, path: str | Path | None = None) -> Runtime
         "serveplan.estimator").joinpath("data", "runtime", f"{engine}.json")
     try:
         text = source.read_text()
-        return RuntimeProfile.model_validate(json.loads(text))
+        prof = RuntimeProfile.model_validate(json.loads(text))
     except (OSError, json.JSONDecodeError) as exc:
         raise SpecError(f"cannot read the runtime profile of {engine}: {exc}") from None
     except ValidationError as exc:
         raise SpecError(file_problems(exc, source, text, root="runtime profile")) from None
+    if prof.engine != engine:  # its terms and knob defaults are another engine's
+        raise SpecError(f"runtime_profile: {source} is a runtime profile of {prof.engine}, "
+                        f"not of {engine} (the engine it was given for)")
+    return prof
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,10 @@ def _clean(err: dict, tags: Mapping[str, tuple[str, ...]]) -> tuple[tuple, tuple
     """``(field loc, loc of the union the error is inside or None, message)``."""
     labels = frozenset(t for found in tags.values() for t in found)
     loc, union = [], None
-    for part in err.get("loc", ()):
-        if _is_label(part, labels):
+    parts = list(err.get("loc", ()))
+    for k, part in enumerate(parts):
+        user_key = k == len(parts) - 1 and err.get("type") == "extra_forbidden"
+        if not user_key and _is_label(part, labels):
             union = union if union is not None else tuple(loc)
         else:
             loc.append(part)

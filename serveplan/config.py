@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -556,14 +557,19 @@ def switch_workload_kind(workload: dict, kind: str) -> dict:
     return kept
 
 
+_LIST_INDEX = re.compile(r"\[(-?\d+)\]")
+"""A list index written as the error messages print it (``pools[1]``)."""
+
+
 def set_path(data: dict | list, dotted: str, value: Any) -> dict | list:
     """Copy of ``data`` with ``value`` at ``a.b.c`` (intermediate mappings created).
 
-    A numeric part indexes a list: ``deployment.pools.1.max_num_seqs``. A path through a
-    value that is neither a mapping nor a list (``workload.rate`` under ``workload: 1``) is
-    a ``ValueError`` naming it: the value would otherwise be silently replaced.
+    A numeric part indexes a list: ``deployment.pools.1.max_num_seqs``, or as error
+    messages print it, ``deployment.pools[1].max_num_seqs``. A path through a value that is
+    neither a mapping nor a list (``workload.rate`` under ``workload: 1``) is a
+    ``ValueError`` naming it: the value would otherwise be silently replaced.
     """
-    return _set_path(data, dotted, value, "")
+    return _set_path(data, _LIST_INDEX.sub(r".\1", dotted), value, "")
 
 
 def _set_path(data, dotted: str, value, done: str):

@@ -162,6 +162,24 @@ def test_set_path_indexes_lists():
         set_path(data, "deployment.pools.2.tp", 2)
 
 
+def test_set_path_takes_list_items_as_error_messages_print_them():
+    """``pools[1]`` is what a refusal names (``deployment.pools[1].model: ...``): a user
+    who copies it into ``--set`` gets that item, as with ``pools.1``."""
+    data = {"deployment": PD_POOLS}
+    assert (set_path(data, "deployment.pools[1].max_num_seqs", 8)
+            == set_path(data, "deployment.pools.1.max_num_seqs", 8))
+    assert set_path(data, "deployment.pools[-1].tp", 2)["deployment"]["pools"][1]["tp"] == 2
+    with pytest.raises(ValueError, match="not an index"):
+        set_path(data, "deployment.pools[2].tp", 2)
+
+
+def test_an_unknown_key_with_brackets_is_named_whole():
+    """pydantic writes union alternatives into error locations with brackets
+    (``function-after[...]``); an unknown key of the user's is never one of them."""
+    lines = _error({**COLOCATED_POOLS, "pools[0]": {"tp": 2}})[2]
+    assert lines == ["deployment.pools[0]: Extra inputs are not permitted"]
+
+
 def test_planner_helpers_take_the_pool_form():
     assert parse_deployment(PD_POOLS) == PDDeployment.model_validate(PD)
     assert parse_deployment(COLOCATED_POOLS) == Deployment.model_validate(COLOCATED)

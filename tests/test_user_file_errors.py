@@ -99,3 +99,15 @@ def test_a_value_the_file_does_not_hold_there_names_the_file_alone(tmp_path):
         load_runtime_profile("vllm", path)
     assert str(err.value) == (
         f"engine: Input should be 'vllm', 'sglang' or 'trtllm' (got 'x') ({path})")
+
+
+def test_another_engines_runtime_profile_is_refused(tmp_path):
+    """An SGLang profile given to a vLLM pool would run vLLM with SGLang's terms and knob
+    defaults (its 154 ms front-end latency among them): refused, naming both engines."""
+    path = tmp_path / "sglang.json"
+    path.write_text(json.dumps(load_runtime_profile("sglang").model_dump(mode="json")))
+    assert load_runtime_profile("sglang", path).engine == "sglang"
+    with pytest.raises(SpecError) as err:
+        load_runtime_profile("vllm", path)
+    assert str(err.value) == (f"runtime_profile: {path} is a runtime profile of sglang, "
+                              "not of vllm (the engine it was given for)")

@@ -106,8 +106,9 @@ def simulate(
     num_speculative_tokens: NumSpecTokens = None,
     spec_acceptance: SpecAcceptance = None,
     draft_model: DraftModel = None,
-    set_: list[str] = typer.Option([], "--set",
-                                   help="Any config field: --set deployment.block_size=32."),
+    set_: list[str] = typer.Option([], "--set", help="Any config field: --set "
+                                   "deployment.block_size=32; a list item by its index: "
+                                   "--set deployment.pools[0].tp=2."),
 ) -> None:
     """Simulate a deployment step by step (vLLM v1, SGLang, TRT-LLM, session schedulers)."""
     from serveplan.config import SimulationConfig, read_yaml
