@@ -19,6 +19,7 @@ import xarray as xr
 from typer.testing import CliRunner
 
 from serveplan.cli import app
+from serveplan.commands.run_flags import other_model_note
 from serveplan.e2e import with_terms
 from serveplan.estimator.runtime import RuntimeTerms
 from serveplan.resolution import resolve
@@ -170,6 +171,29 @@ def test_compare_command_errors(written_run, argv, message):
     lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and message in lines[0], res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("run_model, differs", [
+    ("meta-llama/Llama-3.1-8B-Instruct", False),  # a variant of the same architecture
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", False),  # a quantized checkpoint of it
+    ("/models/my-finetune", False),  # a name the catalog does not know: nothing to say
+    (None, False),
+    ("llama-3.1-70b", True), ("qwen3-30b-a3b", True)])
+def test_a_run_of_another_model_is_noted(resolved, run_model, differs):
+    note = other_model_note(run_model, Path("run.json"), resolved)
+    assert (note is not None) == differs
+    if differs:
+        assert note.startswith(f"run.json ran {run_model} (") and "llama-3.1-8b" in note
+
+
+def test_compare_notes_a_model_flag_the_run_did_not_run(written_run):
+    flags = [*FLAGS]
+    flags[flags.index("llama-3.1-8b")] = "llama-3.1-70b"
+    flags[flags.index("4000")] = "20000"
+    res = runner.invoke(app, ["compare", str(written_run), *flags, "--tp", "4"])
+    assert res.exit_code == 0, res.output
+    assert (f"note: {written_run.name} ran llama-3.1-8b (llama-3.1-8b); the deployment "
+            "simulates llama-3.1-70b, another architecture") in res.output
 
 
 def test_compare_malformed_result_names_the_file(tmp_path):

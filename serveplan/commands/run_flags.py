@@ -129,4 +129,36 @@ def run_deployment(run_model: str | None, result: Path, flags: dict, sets: list[
             count=f["count"], engine=engine.value if isinstance(engine, Enum) else engine,
             engine_version=f["engine_version"], knobs=knobs,
             runtime_profile=f["runtime_profile"])
-    return resolve_with_sets(dep, parse_set(sets or []))
+    resolved = resolve_with_sets(dep, parse_set(sets or []))
+    note = other_model_note(run_model, result, resolved)
+    if note:
+        typer.echo(f"note: {note}", err=True)
+    return resolved
+
+
+ARCHITECTURE_FIELDS = ("model_type", "num_layers", "hidden_size", "num_heads",
+                       "num_kv_heads", "intermediate_size", "num_experts")
+"""What tells two models apart here: checkpoints of one architecture (an instruct or a
+quantized variant, DeepSeek-R1 and V3) agree on all of them."""
+
+
+def other_model_note(run_model: str | None, result: Path, resolved) -> str | None:
+    """Why the run's model (as its result names it) is not the model the deployment
+    simulates, or None: they share an architecture, or the name is none the catalog
+    knows (a local path, a fine-tune's repo), so nothing can be said."""
+    from serveplan.estimator.catalog import resolve_model
+    from serveplan.estimator.specs import SpecError
+
+    if not run_model:
+        return None
+    try:
+        ran = resolve_model(run_model)
+    except SpecError:
+        return None
+    simulated = [p.instance.oracle.model for p in resolved.pools]
+    shape = [getattr(ran, f) for f in ARCHITECTURE_FIELDS]
+    if any([getattr(m, f) for f in ARCHITECTURE_FIELDS] == shape for m in simulated):
+        return None
+    names = ", ".join(sorted({m.name for m in simulated}))
+    return (f"{result.name} ran {run_model} ({ran.name}); the deployment simulates {names}, "
+            "another architecture: check --model (or the --deployment file)")
