@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from .catalog import resolve_gpu
 from .correctors import GridTable
+from .notes import announce_once
 from .specs import GPUSpec, SpecError, check_phase_speed, read_text_file
 from .validation import file_problems
 
@@ -247,7 +248,20 @@ def load_profile(gpu: str | GPUSpec | None = None, path: str | Path | None = Non
         prof = _bundled(gpu)
         if prof is not None:
             return prof
+        _announce_uncalibrated(gpu)
     return Profile()
+
+
+def _announce_uncalibrated(gpu: str | GPUSpec) -> None:
+    """Say once that ``gpu``'s steps are priced by the :class:`Profile` defaults."""
+    name = gpu.name if isinstance(gpu, GPUSpec) else str(gpu)
+    announce_once(
+        f"GPU {name} has no calibration profile (none shipped, no profile_from): its steps "
+        "are priced at the default fractions of peak, which no measurement fitted, so "
+        "expect larger errors than on the calibrated GPUs "
+        f"({', '.join(_shipped_gpus(DEFAULT_ENGINE))}, and those borrowing their "
+        "profiles). In a GPU YAML, profile_from names a calibrated GPU of the same "
+        "architecture to borrow from; --profile loads your own (docs/calibration.md).")
 
 
 def bestserve_910b3_profile() -> Profile:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -35,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serveplan.sim.runtime import FrontEnd, StepRuntime
 
 from .memory import parameter_count
+from .notes import announce_once
 from .specs import SpecError
 from .validation import file_problems
 
@@ -352,22 +352,17 @@ class EngineRuntime:
                    if self.outside_fit else {})}
 
 
-_ANNOUNCED: set[str] = set()
-
-
 def _announce_extrapolation(engine: str, prof: RuntimeProfile, how: list[str]) -> None:
     """Say once per process, on stderr, that a deployment's runtime terms are carried
     outside the runs they were fitted on."""
     t = prof.terms
     latency = ", ".join(f"{label} {1e3 * v:.0f} ms" for label, v in (
         ("front-end latency", t.frontend_output_s), ("handoff", t.disagg_handoff_s)) if v)
-    note = (f"note: {engine}'s runtime terms{f' ({latency})' if latency else ''} were "
-            f"fitted on {prof.domain.source}, and this deployment lies outside them: "
-            f"{'; '.join(how)}. Its predicted latencies carry them unvalidated; `serveplan "
-            f"calibrate --runs` fits them to your own benchmark runs (docs/runtime.md).")
-    if note not in _ANNOUNCED:
-        _ANNOUNCED.add(note)
-        print(note, file=sys.stderr)
+    announce_once(f"{engine}'s runtime terms{f' ({latency})' if latency else ''} were "
+                  f"fitted on {prof.domain.source}, and this deployment lies outside them: "
+                  f"{'; '.join(how)}. Its predicted latencies carry them unvalidated; "
+                  "`serveplan calibrate --runs` fits them to your own benchmark runs "
+                  "(docs/runtime.md).")
 
 
 def engine_runtime(engine: str, version: str | None, gpu_name: str, gpu_mem_gib: float,

@@ -244,9 +244,9 @@ def check_outcome(o: Outcome, command: str, *, json_out: bool, context: dict | N
         raise Finding(f"{command}: exit status {o.exit_code}", o.describe())
     lines = [ln for ln in o.stderr.split("\n") if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error: ")]
-    other = [ln for ln in lines if not ln.startswith(("error: ", "warning: "))]
+    other = [ln for ln in lines if not ln.startswith(("error: ", "warning: ", "note: "))]
     if other:
-        raise Finding(f"{command}: stderr line that is neither error: nor warning:",
+        raise Finding(f"{command}: stderr line that is neither error:, warning: nor note:",
                       o.describe())
     if o.exit_code == 1:
         _check_exit1(o, command, json_out, context, errors)

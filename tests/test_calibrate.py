@@ -241,6 +241,21 @@ def test_a_gpu_without_a_profile_borrows_its_siblings():
         CostOracle("llama-3.1-8b", {**twin, "profile_from": "b2000"})
 
 
+def test_a_gpu_on_the_defaults_is_announced_once(monkeypatch, capsys):
+    """A profile nobody fitted is said on stderr, once per GPU and process; a calibrated
+    GPU and one borrowing a profile say nothing."""
+    from serveplan.estimator import notes
+
+    monkeypatch.setattr(notes, "_ANNOUNCED", set())
+    for gpu in ("h100", "b300", "h100-pcie", "h100-pcie", "mi300x"):
+        load_profile(gpu)
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" has no")[0] for line in err] == ["note: GPU h100-pcie",
+                                                         "note: GPU mi300x"]
+    assert "no calibration profile (none shipped, no profile_from)" in err[0]
+    assert "a100-80gb, b200, h100, h200, l40s" in err[0]
+
+
 def test_refit_keeps_the_provenance_notes(tmp_path):
     """``calibrate --all`` rewrites PROVENANCE.md's table and keeps its notes section."""
     from serveplan.estimator.calibrate import NOTES_HEADING, _kept_notes, _provenance_md

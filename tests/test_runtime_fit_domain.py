@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from serveplan.cli import app
-from serveplan.estimator import runtime
+from serveplan.estimator import notes
 from serveplan.estimator.catalog import resolve_model
 from serveplan.estimator.memory import parameter_count
 from serveplan.estimator.runtime import FitDomain, engine_runtime, load_runtime_profile
@@ -29,7 +29,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e" / "aic_si
 
 @pytest.fixture(autouse=True)
 def fresh_announcements(monkeypatch):
-    monkeypatch.setattr(runtime, "_ANNOUNCED", set())
+    monkeypatch.setattr(notes, "_ANNOUNCED", set())
 
 
 def test_inside_the_domain_says_nothing():
