@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -65,6 +64,7 @@ from pydantic import (
     model_validator,
 )
 
+from serveplan.config_paths import set_path  # noqa: F401  (re-exported)
 from serveplan.pools_config import (  # noqa: F401  (re-exported)
     DECODE_ROUTER_ALIASES,
     MAX_REQUESTS,
@@ -555,43 +555,6 @@ def switch_workload_kind(workload: dict, kind: str) -> dict:
     kept = {k: v for k, v in workload.items() if k in cls.model_fields}
     kept["kind"] = kind
     return kept
-
-
-_LIST_INDEX = re.compile(r"\[(-?\d+)\]")
-"""A list index written as the error messages print it (``pools[1]``)."""
-
-
-def set_path(data: dict | list, dotted: str, value: Any) -> dict | list:
-    """Copy of ``data`` with ``value`` at ``a.b.c`` (intermediate mappings created).
-
-    A numeric part indexes a list: ``deployment.pools.1.max_num_seqs``, or as error
-    messages print it, ``deployment.pools[1].max_num_seqs``. A path through a value that is
-    neither a mapping nor a list (``workload.rate`` under ``workload: 1``) is a
-    ``ValueError`` naming it: the value would otherwise be silently replaced.
-    """
-    return _set_path(data, _LIST_INDEX.sub(r".\1", dotted), value, "")
-
-
-def _set_path(data, dotted: str, value, done: str):
-    head, _, rest = dotted.partition(".")
-    if isinstance(data, list):
-        if not head.lstrip("-").isdigit() or not -len(data) <= int(head) < len(data):
-            raise ValueError(f"{done}{dotted}: {head!r} is not an index of a list of "
-                             f"{len(data)}")
-        out, key = list(data), int(head)
-        inner = out[key]
-    else:
-        out, key = dict(data), head
-        inner = out.get(head)
-    if not rest:
-        out[key] = value
-    elif inner is None or isinstance(inner, (dict, list)):
-        out[key] = _set_path(inner if inner is not None else {}, rest, value, f"{done}{head}.")
-    else:
-        shown = repr(inner) if len(repr(inner)) <= 40 else repr(inner)[:37] + "..."
-        raise ValueError(f"{done}{dotted}: {done}{head} is {type(inner).__name__} {shown}, "
-                         f"not a mapping of fields, so it has no field {rest.split('.')[0]!r}")
-    return out
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,

@@ -34,7 +34,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from serveplan.config import SLO, Deployment, TraceWorkload, Workload, set_path
+from serveplan.config import SLO, Deployment, TraceWorkload, Workload
+from serveplan.config_paths import set_path
 from serveplan.deployments import PDDeployment, gpus, parse_deployment, strategy_name
 from serveplan.errors import UserError, format_validation_error
 from serveplan.estimator.specs import SpecError

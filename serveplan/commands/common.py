@@ -175,7 +175,7 @@ def resolve_overrides(data: dict, *, rate=None, requests=None, trace=None, time_
     ``deployment`` or ``workload`` that is not a mapping is refused naming the field (and
     the file ``source`` and its line).
     """
-    from serveplan.config import set_path
+    from serveplan.config_paths import set_path
 
     check_sections(data, source)
     workload = _workload_overrides(dict(data.get("workload") or {}), trace, sessions,

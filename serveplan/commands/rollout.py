@@ -22,7 +22,7 @@ class KVOpt(str, Enum):
 
 def _overrides(data: dict, flags: dict, sets: dict) -> dict:
     """File < flags < ``--set``."""
-    from serveplan.config import set_path
+    from serveplan.config_paths import set_path
 
     for path, value in {**{k: v for k, v in flags.items() if v is not None}, **sets}.items():
         data = set_path(data, path, value)

@@ -92,7 +92,7 @@ def deployment_from_file(path: Path) -> dict:
 
 def resolve_with_sets(dep: dict, sets: dict):
     """The resolved deployment after ``--set deployment.…`` overrides."""
-    from serveplan.config import set_path
+    from serveplan.config_paths import set_path
     from serveplan.resolution import resolve
 
     data = {"deployment": dep}

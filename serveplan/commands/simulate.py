@@ -56,6 +56,9 @@ class RouterOpt(str, Enum):
     least_requests = "least-requests"
 
 
+ConfigSets = Annotated[list[str] | None, typer.Option(
+    "--set", help="Any config field: --set deployment.block_size=32; a list item by its "
+    "index: --set deployment.pools[0].tp=2.")]
 KVOffloadGB = Annotated[float | None, typer.Option(
     "--kv-offload-gb", help="CPU KV tier per instance, GiB of host memory (vLLM "
     "--kv-offloading-size); 0: none. Other options: --set "
@@ -106,9 +109,7 @@ def simulate(
     num_speculative_tokens: NumSpecTokens = None,
     spec_acceptance: SpecAcceptance = None,
     draft_model: DraftModel = None,
-    set_: list[str] = typer.Option([], "--set", help="Any config field: --set "
-                                   "deployment.block_size=32; a list item by its index: "
-                                   "--set deployment.pools[0].tp=2."),
+    set_: ConfigSets = None,
 ) -> None:
     """Simulate a deployment step by step (vLLM v1, SGLang, TRT-LLM, session schedulers)."""
     from serveplan.config import SimulationConfig, read_yaml
@@ -122,7 +123,7 @@ def simulate(
         time_scale=time_scale, concurrency=concurrency, isl=isl, osl=osl, seed=seed, scheduler=scheduler,
         router=router, num_instances=num_instances, num_gpu_blocks=num_gpu_blocks,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        kv_offload_gb=kv_offload_gb, sets=parse_set(set_), source=config, sessions=sessions,
+        kv_offload_gb=kv_offload_gb, sets=parse_set(set_ or []), source=config, sessions=sessions,
         num_sessions=num_sessions)
     _report(_run(SimulationConfig.model_validate(data)), out, as_json)
 
