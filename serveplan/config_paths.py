@@ -19,7 +19,13 @@ def set_path(data: dict | list, dotted: str, value: Any) -> dict | list:
     neither a mapping nor a list (``workload.rate`` under ``workload: 1``) is a
     ``ValueError`` naming it: the value would otherwise be silently replaced.
     """
-    return _set_path(data, _LIST_INDEX.sub(r".\1", dotted), value, "")
+    path = _LIST_INDEX.sub(r".\1", dotted)
+    try:
+        return _set_path(data, path, value, "")
+    except ValueError as exc:  # name the path as the user wrote it
+        if path == dotted:
+            raise
+        raise ValueError(str(exc).replace(path, dotted, 1)) from None
 
 
 def _set_path(data, dotted: str, value, done: str):

@@ -169,7 +169,7 @@ def test_set_path_takes_list_items_as_error_messages_print_them():
     assert (set_path(data, "deployment.pools[1].max_num_seqs", 8)
             == set_path(data, "deployment.pools.1.max_num_seqs", 8))
     assert set_path(data, "deployment.pools[-1].tp", 2)["deployment"]["pools"][1]["tp"] == 2
-    with pytest.raises(ValueError, match="not an index"):
+    with pytest.raises(ValueError, match=r"^deployment\.pools\[2\]\.tp: '2' is not an index"):
         set_path(data, "deployment.pools[2].tp", 2)
 
 
