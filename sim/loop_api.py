@@ -44,7 +44,7 @@ from .pd_router import make_router_state
 from .pools import FIRST_TOKEN_SOURCES, ROLE_NAMES, Handoff, Role, loop_role
 from .pyhook import run_with_python_policy
 from .recorder import make_rec
-from .runtime import F_ON, F_RELEASED, FrontEnd, make_front, to_client_times
+from .runtime import F_ON, FrontEnd, make_front, set_up_all, to_client_times
 from .session_state import make_sessions
 from .sessions import SchedulerKnobs
 from .specdecode import check_spec_pools
@@ -525,9 +525,8 @@ def _front(w: _Workload, frontend: FrontEnd | None, think: np.ndarray | None = N
     if fe.terms[F_ON] != 0.0 and n and not w.cap:  # (capped sends go through it as sent)
         n_open = w.n_open
         fe.t_sent[:n_open] = w.arrival[:n_open]
-        w.arrival[:n_open], fe.free_at[:] = frontend.serve(w.arrival[:n_open],
-                                                           w.prompt[:n_open])
-        fe.terms[F_RELEASED] = w.arrival[n_open - 1]
+        set_up_all(fe.terms, fe.free_at, fe.t_sent[:n_open],
+                   w.prompt[:n_open].astype(np.float64), w.arrival[:n_open])
     return fe
 
 

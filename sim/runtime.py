@@ -36,7 +36,6 @@ its own too (a FIFO of pending releases, in send order).
 
 from __future__ import annotations
 
-import heapq
 from collections import namedtuple
 from dataclasses import dataclass
 
@@ -126,24 +125,16 @@ class FrontEnd:
         """When the engine gets requests sent at ``sent`` (sorted), and when each API server
         is free after them: each request is set up (``request_s + prompt_token_s * prompt``)
         by the first server free, and reaches the engine once it and every request sent
-        before it are set up (the module docstring).
-
-        One server is a first-come first-served queue, ``e_i = max(sent_i, e_{i-1}) + s_i``,
-        i.e. ``e_i = S_i + max_{j<=i}(sent_j - S_{j-1})`` with ``S`` the running sum of
-        service times.
-        """
+        before it are set up (:func:`set_up`, the rule the loop applies to each closed-loop
+        send)."""
+        terms = np.zeros(N_F)
+        terms[F_REQUEST], terms[F_PROMPT_TOKEN] = self.request_s, self.prompt_token_s
+        terms[F_RELEASED] = -np.inf
+        free = np.zeros(int(self.servers))
         sent = np.asarray(sent, dtype=np.float64)
-        service = self.request_s + self.prompt_token_s * np.asarray(prompt, dtype=np.float64)
-        if self.servers == 1:
-            s_cum = np.cumsum(service)
-            at = s_cum + np.maximum.accumulate(sent - s_cum + service)
-            return at, at[-1:] if len(at) else np.zeros(1)
-        free = [0.0] * int(self.servers)  # a heap of the servers' free times
-        done = np.empty(len(sent))
-        for i, (t, s) in enumerate(zip(sent, service, strict=True)):
-            done[i] = max(t, heapq.heappop(free)) + s
-            heapq.heappush(free, done[i])
-        return np.maximum.accumulate(done), np.array(free)
+        at = np.empty(len(sent))
+        set_up_all(terms, free, sent, np.asarray(prompt, dtype=np.float64), at)
+        return at, free
 
 
 def make_front(front: FrontEnd | None, n_requests: int, concurrency: int,
@@ -187,19 +178,35 @@ def output_delay(fe, tokens_in_step):
 
 
 @sim_jit
-def push_release(fe, r, sent, prompt):
-    """The client sends request ``r`` at ``sent``; returns when the engine gets it (the
-    release waits in the ring until then): the first API server free sets it up, and it
-    leaves after the requests sent before it (:meth:`FrontEnd.serve`)."""
-    t, free = fe.terms, fe.free_at
+def set_up(terms, free, sent, prompt):
+    """A request sent at ``sent`` with ``prompt`` tokens is set up by the first API server
+    free (``free``: when each is next free) and reaches the engine once it and every
+    request sent before it are set up (``terms[F_RELEASED]``: when the last one did);
+    returns that time. One server is a first-come first-served queue,
+    ``e_i = max(sent_i, e_{i-1}) + s_i``."""
     server = 0
     for j in range(1, free.shape[0]):
         if free[j] < free[server]:
             server = j
     start = sent if sent > free[server] else free[server]
-    free[server] = start + t[F_REQUEST] + t[F_PROMPT_TOKEN] * prompt
-    at = free[server] if free[server] > t[F_RELEASED] else t[F_RELEASED]
-    t[F_RELEASED] = at
+    free[server] = start + terms[F_REQUEST] + terms[F_PROMPT_TOKEN] * prompt
+    at = free[server] if free[server] > terms[F_RELEASED] else terms[F_RELEASED]
+    terms[F_RELEASED] = at
+    return at
+
+
+@sim_jit
+def set_up_all(terms, free, sent, prompt, at):
+    """:func:`set_up` for each request sent at ``sent`` (sorted), in order, into ``at``."""
+    for i in range(sent.shape[0]):
+        at[i] = set_up(terms, free, sent[i], prompt[i])
+
+
+@sim_jit
+def push_release(fe, r, sent, prompt):
+    """The client sends request ``r`` at ``sent``; returns when the engine gets it
+    (:func:`set_up`), and the release waits in the ring until then."""
+    at = set_up(fe.terms, fe.free_at, sent, prompt)
     cap = fe.ring_r.shape[0]
     k = (fe.gi[R_HEAD] + fe.gi[R_LEN]) % cap
     fe.ring_r[k] = r

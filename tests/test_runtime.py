@@ -174,7 +174,7 @@ def test_think_times_reorder_sends_across_clients():
 
 
 def test_front_end_engine_arrivals_match_a_plain_fifo_recursion():
-    """The vectorised FIFO (running maximum) equals e_i = max(sent_i, e_{i-1}) + s_i."""
+    """The front end's set-up queue equals e_i = max(sent_i, e_{i-1}) + s_i."""
     rng = np.random.default_rng(3)
     sent = np.sort(rng.uniform(0, 1, 500))
     prompt = rng.integers(1, 4000, 500)
