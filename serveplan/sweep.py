@@ -38,6 +38,7 @@ from serveplan.config import SLO, Deployment, TraceWorkload, Workload
 from serveplan.config_paths import set_path
 from serveplan.deployments import PDDeployment, gpus, parse_deployment, strategy_name
 from serveplan.errors import UserError, format_validation_error
+from serveplan.estimator.notes import announce_once, held_notes
 from serveplan.estimator.specs import SpecError
 from serveplan.fidelity import PreparedDeployment, Workspace, resolve_fidelity
 from serveplan.goodput import GoodputOptions, constraints, find_goodput, meets
@@ -343,10 +344,13 @@ def run_one(point: SweepPoint, seed: int | None = None, *,
     return xr.Dataset({k: ((), v) for k, v in values.items()})
 
 
-def run_chunk(points: list[SweepPoint]) -> list[tuple[str, tuple, dict]]:
-    """Cells of one task, sharing a workspace: ``(key, index, values)`` each."""
+def run_chunk(points: list[SweepPoint]) -> tuple[list[tuple[str, tuple, dict]], list[str]]:
+    """Cells of one task, sharing a workspace: ``(key, index, values)`` each; and the notes
+    its cells would have said (said once by the caller however many workers met them)."""
     ws = Workspace()
-    return [(p.key(), p.index, _cell_values(p, p.seed, ws)) for p in points]
+    with held_notes() as notes:
+        cells = [(p.key(), p.index, _cell_values(p, p.seed, ws)) for p in points]
+    return cells, notes
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -483,8 +487,11 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, client=None, chunk_size: int 
         progress(finished, total)
     n_chunks = 0
 
-    def record(results):
+    def record(chunk_outcome):
         nonlocal finished, n_chunks
+        results, notes = chunk_outcome
+        for note in notes:
+            announce_once(note)
         _write_chunk(folder, results)
         finished += len(results)
         n_chunks += 1

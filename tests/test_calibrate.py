@@ -246,7 +246,7 @@ def test_a_gpu_on_the_defaults_is_announced_once(monkeypatch, capsys):
     GPU and one borrowing a profile say nothing."""
     from serveplan.estimator import notes
 
-    monkeypatch.setattr(notes, "_ANNOUNCED", set())
+    monkeypatch.setattr(notes, "_SAID", set())
     for gpu in ("h100", "b300", "h100-pcie", "h100-pcie", "mi300x"):
         load_profile(gpu)
     err = capsys.readouterr().err.splitlines()

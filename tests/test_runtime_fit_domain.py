@@ -29,7 +29,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e" / "aic_si
 
 @pytest.fixture(autouse=True)
 def fresh_announcements(monkeypatch):
-    monkeypatch.setattr(notes, "_ANNOUNCED", set())
+    monkeypatch.setattr(notes, "_SAID", set())
 
 
 def test_inside_the_domain_says_nothing():

@@ -140,3 +140,29 @@ def _write(ds, tmp_path):
     from serveplan.results_io import write_netcdf
 
     return write_netcdf(ds, tmp_path / "ref.nc")
+
+
+def test_a_note_met_by_several_dask_workers_is_said_once(tmp_path, capfd):
+    """Two worker processes both price cells on L4, a GPU on the uncalibrated defaults:
+    each would say so on its own stderr; they hand the note back with their cells, and the
+    sweep says it once. A serial run says it too (same path, one process)."""
+    from dask.distributed import Client, LocalCluster, get_task_stream
+
+    from serveplan.estimator import notes
+
+    s = SweepSpec(base={**BASE, "deployment": {**BASE["deployment"], "gpu": "l4"},
+                        "workload": {**BASE["workload"], "num_requests": 40}},
+                  grid={"seed": [0, 1, 2, 3]}, fidelity="request")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        with get_task_stream(client) as tasks:
+            dist = run_sweep(s, tmp_path / "d.nc", client=client, chunk_size=1)
+    assert len({t["worker"] for t in tasks.data}) == 2  # both met the note
+    assert (dist["status"] == "ok").all()
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(said) == 1 and "GPU l4 has no calibration profile" in said[0], said
+
+    notes._SAID.discard(said[0].removeprefix("note: "))
+    run_sweep(s, tmp_path / "serial.nc")
+    again = [line for line in capfd.readouterr().err.splitlines() if line.startswith("note:")]
+    assert again == said
