@@ -142,7 +142,7 @@ def _write(ds, tmp_path):
     return write_netcdf(ds, tmp_path / "ref.nc")
 
 
-def test_a_note_met_by_several_dask_workers_is_said_once(tmp_path, capfd):
+def test_a_note_met_by_several_dask_workers_is_said_once(tmp_path, capfd, monkeypatch):
     """Two worker processes both price cells on L4, a GPU on the uncalibrated defaults:
     each would say so on its own stderr; they hand the note back with their cells, and the
     sweep says it once. A serial run says it too (same path, one process)."""
@@ -150,6 +150,7 @@ def test_a_note_met_by_several_dask_workers_is_said_once(tmp_path, capfd):
 
     from serveplan.estimator import notes
 
+    monkeypatch.setattr(notes, "_SAID", set())  # this process may have said it already
     s = SweepSpec(base={**BASE, "deployment": {**BASE["deployment"], "gpu": "l4"},
                         "workload": {**BASE["workload"], "num_requests": 40}},
                   grid={"seed": [0, 1, 2, 3]}, fidelity="request")
