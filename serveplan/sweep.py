@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import os
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -500,17 +501,25 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, client=None, chunk_size: int 
         if stop_after is not None and n_chunks >= stop_after:
             raise KeyboardInterrupt
 
+    with closing(_chunk_outcomes(chunks, client)) as outcomes:  # stopping cancels the rest
+        for outcome in outcomes:
+            record(outcome)
+    return merge_cells(spec, points, load_cells(folder))
+
+
+def _chunk_outcomes(chunks: list[list[SweepPoint]], client):
+    """Each chunk's :func:`run_chunk` outcome as it finishes: in this process in order, or on
+    ``client``'s workers (the unfinished ones cancelled if the caller stops early)."""
     if client is None:
         for chunk in chunks:
-            record(run_chunk(chunk))
-    else:
-        from dask.distributed import as_completed
+            yield run_chunk(chunk)
+        return
+    from dask.distributed import as_completed
 
-        futures = [client.submit(run_chunk, chunk, pure=False) for chunk in chunks]
-        try:
-            for fut in as_completed(futures):
-                record(fut.result())
-        finally:
-            for fut in futures:
-                fut.cancel()
-    return merge_cells(spec, points, load_cells(folder))
+    futures = [client.submit(run_chunk, chunk, pure=False) for chunk in chunks]
+    try:
+        for fut in as_completed(futures):
+            yield fut.result()
+    finally:
+        for fut in futures:
+            fut.cancel()
