@@ -202,12 +202,17 @@ def _weights_by_stage(model: ModelSpec, par: Parallelism, quant: Quantization,
     return out
 
 
+def weight_bytes(model: ModelSpec, quant: Quantization | None = None) -> float:
+    """Bytes of every weight the op tables hold (embedding and LM head included), counted
+    once, in ``quant``'s formats with their scales (default: the model's own)."""
+    quant = model.quantization if quant is None else quant
+    return _weights_by_stage(model, Parallelism(), quant, [model.num_layers])[0]
+
+
 def parameter_count(model: ModelSpec) -> float:
     """The model's parameters: every weight the op tables hold (embedding and LM head
     included), counted once, whatever the checkpoint's storage format."""
-    unsplit = _weights_by_stage(model, Parallelism(), Quantization.unquantized(),
-                                [model.num_layers])
-    return unsplit[0] / DTYPE_BYTES["bf16"]
+    return weight_bytes(model, Quantization.unquantized()) / DTYPE_BYTES["bf16"]
 
 
 def activation_peak_bytes(model: ModelSpec, par: Parallelism, max_num_batched_tokens: int,
