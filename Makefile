@@ -38,6 +38,7 @@ profiles: $(STAMP)
 accuracy: $(STAMP)
 	$(BIN)/python bench/accuracy.py
 	$(BIN)/python bench/accuracy_e2e.py --jobs 2 --write-profiles
+	$(BIN)/python bench/accuracy_offline.py --jobs 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info
