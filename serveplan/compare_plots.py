@@ -26,7 +26,7 @@ def plot_cdfs(comparison, run, path) -> None:
     pairs = comparison.pairs
     if pairs is None:
         raise UserError(f"--plot: {run.path.name} has no per-request records to draw "
-                        "(vLLM: rerun with --save-detailed)")
+                        f"({run.detail_hint})")
     plt = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     styles = series_styles(2)

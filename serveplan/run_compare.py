@@ -230,7 +230,7 @@ def compare_run(run: BenchRun, resolved, seed: int = 0) -> Comparison:
     else:
         measured, pairs = summary_stats(run), None
         notes.append(f"{run.path.name} has no per-request records: measured figures are the "
-                     "file's summary")
+                     f"file's summary ({run.detail_hint} for per-request ones)")
     predicted = latency_stats(pred)
     server_m, server_p = server_counters(run, ds)
     return Comparison({**measured, **server_m}, {**predicted, **server_p}, pairs, tuple(notes))

@@ -15,8 +15,10 @@ from serveplan.errors import UserError, report_errors
 
 RESULT_HELP = (
     "A benchmark result: `vllm bench serve --save-result` JSON (add --save-detailed for "
-    "per-request figures), an aiperf profile export (profile_export.jsonl, "
-    "profile_export_aiperf.json or their folder), or an inference-perf report folder.")
+    "per-request figures), an `sglang.bench_serving --output-file` JSON Lines file "
+    "(--output-details; FILE:LINE for one run of several), an aiperf profile export "
+    "(profile_export.jsonl, profile_export_aiperf.json or their folder), or an "
+    "inference-perf report folder.")
 
 
 def _fmt(key: str, x) -> str:
@@ -80,8 +82,8 @@ def compare(
     run = read_run(result, fmt.value if fmt else None)
     for flag, path in (("--out", out), ("--plot", plot)):
         if path is not None and not run.has_requests:
-            raise UserError(f"{flag}: {result.name} has no per-request records (vLLM: rerun "
-                            "with --save-detailed)")
+            raise UserError(f"{flag}: {result.name} has no per-request records "
+                            f"({run.detail_hint})")
     resolved = F.run_deployment(run.model, result, locals(), set_)
     comparison = compare_run(run, resolved, seed)
     if out is not None:

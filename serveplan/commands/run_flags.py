@@ -20,6 +20,7 @@ class EngineOpt(str, Enum):
 
 class FormatOpt(str, Enum):
     vllm = "vllm"
+    sglang = "sglang"
     aiperf = "aiperf"
     inference_perf = "inference-perf"
 

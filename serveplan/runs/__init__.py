@@ -1,7 +1,8 @@
 """Real benchmark results in one in-memory form, and the workload that produced them.
 
-:func:`read_run` reads the result of ``vllm bench serve`` (:mod:`.vllm`), aiperf
-(:mod:`.aiperf`) or inference-perf (:mod:`.inference_perf`) into a
+:func:`read_run` reads the result of ``vllm bench serve`` (:mod:`.vllm`),
+``sglang.bench_serving`` (:mod:`.sglang`), aiperf (:mod:`.aiperf`) or inference-perf
+(:mod:`.inference_perf`) into a
 :class:`~serveplan.runs.model.BenchRun` (seconds, send order);
 :func:`~serveplan.runs.workload.requests_for` rebuilds its requests for the simulator, and
 :func:`~serveplan.runs.vllm.write_vllm` writes any run (a simulation too) as vLLM does.
@@ -21,17 +22,21 @@ from serveplan.user_input import UserError, check_text_file
 from .aiperf import JSON_NAME, JSONL_NAME, read_aiperf
 from .inference_perf import PER_REQUEST, SUMMARY, read_inference_perf
 from .model import BenchRun, Load, run_from_arrays
+from .sglang import MARKERS, read_sglang, split_line
 from .vllm import read_vllm, write_vllm
 from .workload import requests_for
 
-READERS = {"vllm": read_vllm, "aiperf": read_aiperf, "inference-perf": read_inference_perf}
+READERS = {"vllm": read_vllm, "sglang": read_sglang, "aiperf": read_aiperf,
+           "inference-perf": read_inference_perf}
 _IP_NAME = re.compile(r"(^|_)lifecycle_metrics\.json$|^config\.yaml$")
 _KEY = r'"{}"\s*:'
 _SNIFF = (("inference-perf", ("load_summary", "successes", "benchmark_time_seconds")),
           ("aiperf", ("aiperf_version", "schema_version", "records")),
+          ("sglang", MARKERS),
           ("vllm", ("num_prompts", "completed", "request_throughput", "ttfts", "input_lens",
                     "mean_ttft_ms", "endpoint_type", "backend")))
 UNKNOWN = ("expected a `vllm bench serve --save-result` JSON (keys completed, ttfts, ...), "
+           "an `sglang.bench_serving --output-file` JSON Lines file, "
            f"an aiperf export ({JSONL_NAME}, {JSON_NAME}) or an inference-perf report "
            f"({SUMMARY}, {PER_REQUEST})")
 
@@ -54,6 +59,15 @@ def _sniff(path: Path) -> str:
                     f"successes, records, ...); {UNKNOWN}")
 
 
+def _first_line_is_sglang(path: Path) -> bool:
+    """Whether a JSON Lines file's first line is an ``sglang.bench_serving`` result (an
+    aiperf record has ``metadata`` and ``metrics`` instead)."""
+    check_text_file(path, "a benchmark result (JSON Lines)")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        first = next((line for line in f if line.strip()), "")
+    return any(re.search(_KEY.format(k), first) for k in MARKERS)
+
+
 def detect_tool(path: str | Path) -> str:
     """``vllm``, ``aiperf`` or ``inference-perf`` for a result file or folder."""
     path = Path(path)
@@ -67,7 +81,9 @@ def detect_tool(path: str | Path) -> str:
         raise UserError(f"{path}: no benchmark result in this folder; {UNKNOWN}")
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")
-    if path.suffix == ".jsonl" or path.name.endswith("_aiperf.json"):
+    if path.suffix == ".jsonl":
+        return "sglang" if _first_line_is_sglang(path) else "aiperf"
+    if path.name.endswith("_aiperf.json"):
         return "aiperf"
     if _IP_NAME.search(path.name):
         return "inference-perf"
@@ -80,10 +96,11 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
     Parameters
     ----------
     path : path
-        A ``vllm bench serve`` JSON, an aiperf export (``profile_export.jsonl``,
+        A ``vllm bench serve`` JSON, an ``sglang.bench_serving`` output file (``FILE:LINE``
+        for one run of several), an aiperf export (``profile_export.jsonl``,
         ``profile_export_aiperf.json`` or their folder), or an inference-perf report
         (its folder or one of its lifecycle JSON files).
-    tool : {"vllm", "aiperf", "inference-perf"}, optional
+    tool : {"vllm", "sglang", "aiperf", "inference-perf"}, optional
         The tool that wrote it; default: detected from file names and keys.
 
     Raises
@@ -91,15 +108,21 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
     UserError
         One message naming the file and the missing or bad field.
     """
-    path = Path(path)
+    path, line = split_line(path)
     if not path.exists():
         raise UserError(f"{path}: no such file or folder")
     if tool is None:
         tool = detect_tool(path)
     if tool not in READERS:
         raise UserError(f"{path}: format {tool!r}: expected one of {', '.join(READERS)}")
-    return READERS[tool](path)
+    if line is None:
+        return READERS[tool](path)
+    if tool != "sglang":
+        raise UserError(f"{path}:{line}: FILE:LINE picks a run of an sglang.bench_serving "
+                        f"file; {path.name} is a {tool} result (name the file alone)")
+    return read_sglang(path, line)
 
 
 __all__ = ["READERS", "BenchRun", "Load", "detect_tool", "read_aiperf", "read_inference_perf",
-           "read_run", "read_vllm", "requests_for", "run_from_arrays", "write_vllm"]
+           "read_run", "read_sglang", "read_vllm", "requests_for", "run_from_arrays",
+           "write_vllm"]

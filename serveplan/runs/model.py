@@ -24,8 +24,10 @@ import numpy as np
 
 KINDS = ("rate", "concurrency", "stages")
 ARRIVALS = ("poisson", "gamma", "constant", "trace")
-TOOLS = ("vllm", "aiperf", "inference-perf", "serveplan")
+TOOLS = ("vllm", "sglang", "aiperf", "inference-perf", "serveplan")
 RAMP_UP = ("linear", "exponential")
+DETAIL_FLAGS = {"vllm": "rerun vllm bench serve with --save-detailed",
+                "sglang": "rerun sglang.bench_serving with --output-details"}
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,11 @@ class BenchRun:
                 np.diff(off) < 0):
             raise ValueError(f"itl_offsets must be n + 1 = {n + 1} non-decreasing offsets from "
                              f"0 to len(itl_s) = {len(self.itl_s)}")
+
+    @property
+    def detail_hint(self) -> str:
+        """How to get per-request records from this run's tool, for a message."""
+        return DETAIL_FLAGS.get(self.tool, "rerun the benchmark keeping per-request records")
 
     @property
     def has_requests(self) -> bool:

@@ -64,7 +64,9 @@ _SCALARS = {"duration": "duration_s", "completed": "completed", "failed": "faile
             "request_goodput:": "request_goodput", "output_throughput": "output_throughput",
             "total_token_throughput": "total_token_throughput"}
 _STAT = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_([a-z0-9_]+)_ms$")
-_METRIC = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e"}
+_METRIC = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e", "e2e_latency": "e2e"}
+"""Metric names in the statistics' keys (SGLang's ``bench_serving`` spells E2E
+``e2e_latency``)."""
 _EXTRAS = ("date", "backend", "label", "tokenizer_id", "num_prompts",
            "max_output_tokens_per_s", "max_concurrent_requests", "rtfx")
 
@@ -139,8 +141,14 @@ def _errors(data: dict, n: int, where: Where) -> np.ndarray | None:
     return np.array([bool(e) for e in errors], dtype=bool)
 
 
-def _requests(data: dict, where: Where) -> tuple[dict, list[str]]:
-    """The per-request arrays (``--save-detailed``), in send order."""
+NO_LATENCIES = ("latencies not recorded (vLLM before 2025): E2E = TTFT + sum of ITLs, as "
+                "vLLM's request functions measure it")
+
+
+def _requests(data: dict, where: Where, no_latencies: str = NO_LATENCIES
+              ) -> tuple[dict, list[str]]:
+    """The per-request arrays (``--save-detailed``), in send order; ``no_latencies``: the
+    note where the file has no ``latencies``."""
     present = [k for k in PER_REQUEST if k in data]
     if not present:
         return {}, []
@@ -163,8 +171,8 @@ def _requests(data: dict, where: Where) -> tuple[dict, list[str]]:
     e2e = _column(data, "latencies", n, where)
     if e2e is None:
         e2e = ttft + np.array([g.sum() for g in itls])
-        notes.append("latencies not recorded (vLLM before 2025): E2E = TTFT + sum of ITLs, "
-                     "as vLLM's request functions measure it")
+        if no_latencies:
+            notes.append(no_latencies)
     send = _column(data, "start_times", n, where)
     completed = data.get("completed")
     if isinstance(completed, int) and completed != int(ok.sum()):
