@@ -56,6 +56,8 @@ def test_a_run_with_details_reads_as_the_tool_measured_it(tmp_path):
     assert run.summary["mean_ttft_s"] == pytest.approx(0.065)
     assert run.extras["dataset_name"] == "random"
     assert "accept_length" not in run.extras  # null in the file
+    named = read_run(_write(tmp_path / "named.jsonl", RESULT | {"model_id": "Qwen/Qwen3-8B"}))
+    assert named.model == "Qwen/Qwen3-8B"
 
 
 def test_all_at_once_under_max_concurrency_is_a_closed_loop(tmp_path):

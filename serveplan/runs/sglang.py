@@ -16,7 +16,8 @@ appended to the file as one JSON line, so a file often holds a sweep):
   ``input_lens``, ``output_lens``, ``ttfts`` and ``itls`` in **seconds**,
   ``generated_texts``, ``errors`` ("" when successful).
 
-The file records no model (pass ``--model``), no send times, no per-request latency (E2E is
+The file records no model (pass ``--model``; a ``model_id`` key, where a version writes
+one, is read as vLLM's), no send times, no per-request latency (E2E is
 TTFT plus the ITLs, as its request functions measure it) and no seed. Its gaps are Poisson
 (``np.random.exponential``); a ``burstiness`` key, where a version writes one, is read as
 vLLM's. A request counts as failed when its error string is not empty, or when it has
@@ -116,7 +117,8 @@ def read_sglang(path: str | Path, line: int | None = None) -> BenchRun:
                         f"{', '.join(MARKERS)}; it has {keys}); expected {EXPECTED}")
     load, notes = _traffic({"burstiness": 1.0, **data}, where)
     arrays, more = _requests(data, where, no_latencies="")
-    run = BenchRun(path=path, tool="sglang", model=None, load=load, **arrays,
+    model = text(data["model_id"], where, "model_id") if data.get("model_id") else None
+    run = BenchRun(path=path, tool="sglang", model=model, load=load, **arrays,
                    summary=_summary(data, where), extras=_extras(data, where),
                    warnings=tuple(notes + more))
     return with_replay_warnings(run)
