@@ -38,10 +38,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from accuracy_static import static_level, static_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 RESULTS = REPO / "bench" / "results"
+PERF_TABLES = DATA / "ground_truth" / "tensorrt_llm_perf_overview"
 GPUS = ("h100", "h200", "b200", "a100-80gb", "l40s")
 FOLDS = 5  # shape-group folds; every row is predicted by a fit that never saw its group
 TARGETS = {"gemm": (0.05, 0.15), "attention_prefill": (0.05, 0.15),
@@ -378,6 +380,8 @@ def markdown(res: dict) -> str:
                      f"| {s['n']} | {100 * s['median_no_corrector']:.1f} | "
                      f"{100 * s['p95_no_corrector']:.1f} | {100 * s['median']:.1f} | "
                      f"{100 * s['p95']:.1f} | {100 * s['median_signed']:+.1f} |")
+    if "static" in res:
+        L += static_markdown(res["static"])
     if res.get("notes"):
         L += ["", "## Where targets are missed, why, and what would close it", ""]
         L += [f"* {n}" for n in res["notes"]]
@@ -400,7 +404,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", nargs="*", default=list(GPUS))
     ap.add_argument("--skip-transfer", action="store_true")
     ap.add_argument("--skip-batch", action="store_true")
-    ap.add_argument("--only", nargs="*", choices=("op", "transfer", "batch"),
+    ap.add_argument("--only", nargs="*", choices=("op", "transfer", "batch", "static"),
                     help="recompute these parts only; keep the others from accuracy.json "
                          "(no parts: just re-render the markdown and notes)")
     args = ap.parse_args(argv)
@@ -415,6 +419,8 @@ def main(argv=None) -> int:
             res["transfer"] = transfer()
         if "batch" in args.only:
             res["batch_level"] = batch_level()
+        if "static" in args.only:
+            res["static"] = static_level(PERF_TABLES, batch_latency)
         res["notes"] = _notes()
         (RESULTS / "accuracy.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
         (RESULTS / "accuracy.md").write_text(markdown(res))
@@ -429,6 +435,7 @@ def main(argv=None) -> int:
         res["transfer"] = transfer()
     if not args.skip_batch:
         res["batch_level"] = batch_level()
+        res["static"] = static_level(PERF_TABLES, batch_latency)
     res["notes"] = _notes()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "accuracy.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
