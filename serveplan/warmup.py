@@ -3,7 +3,8 @@
 ``serveplan warmup`` does it in the foreground (for container images and CI set-up);
 ``python -m serveplan.warmup`` is the background compile a first run starts
 (:mod:`serveplan.kernels.jit_mode`). Both run the same small jobs -- a colocated and a
-prefill/decode simulation, a small strategy search and the cost oracle's calls -- which
+prefill/decode simulation, one under an engine runtime (its API-server front end), a
+small strategy search and the cost oracle's calls -- which
 compile every path the commands take; anything a rarer option needs still compiles when
 first used, announced on stderr. Then the cache is marked warm for the current sources.
 """
@@ -24,6 +25,7 @@ _WORKLOAD = {"kind": "poisson", "rate": 20.0, "num_requests": 48,
 
 def run_jobs() -> None:
     """The jobs that compile what the commands use (module doc)."""
+    from serveplan.estimator.notes import held_notes
     from serveplan.estimator.oracle import CostOracle
     from serveplan.search import SearchSpec, run_search
     from serveplan.simulation import simulate
@@ -32,6 +34,9 @@ def run_jobs() -> None:
     oracle.decode_time(8, 128)
     oracle.step_time([16, 1], [0, 10])
     simulate({"pools": [{"role": "colocated", **_INSTANCE}]}, _WORKLOAD)
+    with held_notes():  # the engine runtime's front end; its fit-domain note is not news
+        simulate({"pools": [{"role": "colocated", **_INSTANCE, "engine": "vllm"}]},
+                 _WORKLOAD)
     simulate({"pools": [{"role": "prefill", **_INSTANCE},
                         {"role": "decode", **_INSTANCE, "count": 2}],
               "decode_router": "sibyl"}, _WORKLOAD)
