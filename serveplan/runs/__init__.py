@@ -69,7 +69,7 @@ def _first_line_is_sglang(path: Path) -> bool:
 
 
 def detect_tool(path: str | Path) -> str:
-    """``vllm``, ``aiperf`` or ``inference-perf`` for a result file or folder."""
+    """``vllm``, ``sglang``, ``aiperf`` or ``inference-perf`` for a result file or folder."""
     path = Path(path)
     if path.is_dir():
         names = {p.name for p in path.iterdir()}

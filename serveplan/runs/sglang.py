@@ -39,9 +39,9 @@ from .vllm import _requests, _summary, _traffic
 from .workload import with_replay_warnings
 
 EXPECTED = "a `python -m sglang.bench_serving --output-file` JSON Lines file"
-MARKERS = ("mean_e2e_latency_ms", "total_output_tokens_retokenized", "sharegpt_output_len",
-           "random_input_len")
-"""Keys an SGLang result has and a vLLM one does not (how a file is told apart)."""
+MARKERS = ("mean_e2e_latency_ms", "total_output_tokens_retokenized")
+"""Statistics every SGLang result has and a vLLM one does not (vLLM spells E2E ``e2el``
+and does not retokenize): how a file is told apart."""
 _EXTRAS = ("backend", "dataset_name", "sharegpt_output_len", "random_input_len",
            "random_output_len", "random_range_ratio", "concurrency", "accept_length",
            "input_throughput", "total_output_tokens_retokenized")
