@@ -11,16 +11,21 @@ sent at once, the limits ``trtllm-bench`` derives for that run
 tables were never fitted: they test the GPU step and the TensorRT-LLM scheduler at full
 load, on Hopper too, which the end-to-end fits never saw.
 
-Assumptions, where the docs are silent: the checkpoints' quantization is ModelOpt's
-(FP8 per tensor or NVFP4, LM head left out; DeepSeek-R1's FP4 is the DeepSeek-V3.1 NVFP4
-checkpoint's file, the same architecture; GPT-OSS its own MXFP4 checkpoint); their KV cache
-is FP8 (``trtllm-bench``'s ``_KV_CACHE_MAP`` gives FP8 and NVFP4 checkpoints an FP8 cache,
-and the published Llama-3.1-8B H100 throughput at 128/2048 is more than the HBM bandwidth
-allows with a 16-bit one); ``DEPn`` is attention data parallel with the experts over all
-n GPUs, and so is a MoE model's ``TPn`` in the v1.0 table (its docs run MoE models with
-``--ep`` and ``enable_attention_dp: true``; the EP size is not given); the capacity scheduler is TensorRT-LLM's default
-(``GUARANTEED_NO_EVICT``); the KV memory fraction is 0.95 (the docs fall back to 0.90 where
-that ran out of memory, and do not say where).
+Assumptions, where the docs are silent:
+
+* the checkpoints' quantization is ModelOpt's (FP8 per tensor or NVFP4, LM head left out);
+  DeepSeek-R1's FP4 takes the DeepSeek-V3.1 NVFP4 checkpoint's file (the same
+  architecture), its FP8 and GPT-OSS their own block-scaled FP8 and MXFP4;
+* the ModelOpt checkpoints' KV cache is FP8 (``trtllm-bench``'s ``_KV_CACHE_MAP`` gives FP8
+  and NVFP4 checkpoints an FP8 cache, and the published Llama-3.1-8B H100 throughput at
+  128/2048 is more than the HBM bandwidth allows with a 16-bit one); DeepSeek-R1 FP8 and
+  GPT-OSS keep theirs in 16 bits (the map names neither format);
+* ``DEPn`` is attention data parallel with the experts over all n GPUs, and so is a MoE
+  model's ``TPn`` in the v1.0 table (its docs run MoE models with ``--ep`` and
+  ``enable_attention_dp: true``; the EP size is not given);
+* the capacity scheduler is TensorRT-LLM's default (``GUARANTEED_NO_EVICT``), the KV memory
+  fraction 0.95 (the docs fall back to 0.90 where that ran out of memory, and do not say
+  where).
 
 Writes ``bench/results/accuracy_offline.{md,json}``.
 """
@@ -277,6 +282,10 @@ def report(results: list[dict], skipped: dict[str, int], command: str, seconds: 
         + "; not expressible:",
         "",
         *[f"- {n} rows: {why}" for why, n in sorted(skipped.items(), key=lambda x: -x[1])],
+        "",
+        f"Simulations with failed requests (their throughput counts only the completed "
+        f"ones): {sum(r[s]['failed'] > 0 for r in ok for s in SETTINGS)} of "
+        f"{len(ok) * len(SETTINGS)}.",
         "",
         "## Overall and by GPU generation",
         "",
