@@ -149,7 +149,8 @@ def limits(row: PerfRow, checkpoint: str, quantization):
     quant = (load_quantization(quantization, model) if quantization is not None
              else model.quantization)
     kv_heads, head_size = _kv_shape(model)
-    tp = attention_dp(row) if attention_dp(row) > 1 else row.tp
+    ranks = attention_dp(row)
+    tp = ranks if ranks > 1 else row.tp
     return bench_limits(params=stored_elements(model, quant), attention_layers=model.num_layers,
                         kv_heads=kv_heads, head_size=head_size,
                         weights=_weight_format(model, quant), kv_fp8=quant.kv_cache == "fp8",

@@ -41,31 +41,31 @@ UNKNOWN = ("expected a `vllm bench serve --save-result` JSON (keys completed, tt
            f"({SUMMARY}, {PER_REQUEST})")
 
 
-def _sniff(path: Path) -> str:
-    """The tool of a JSON file, from the keys in its first 64 KiB."""
+def _head(path: Path) -> str:
+    """The first 64 KiB of a text file: enough to tell its tool by its keys."""
     check_text_file(path, "a benchmark result (JSON)")
     with open(path, encoding="utf-8", errors="replace") as f:
-        head = f.read(1 << 16)
+        return f.read(1 << 16)
+
+
+def _has_key(head: str, keys) -> bool:
+    return any(re.search(_KEY.format(k), head) for k in keys)
+
+
+def _sniff(path: Path) -> str:
+    """The tool of a JSON file, from the keys in its first 64 KiB."""
+    head = _head(path)
     if not head.strip():
         raise UserError(f"{path}: empty file; {UNKNOWN}")
-    if head.lstrip().startswith("[") and re.search(_KEY.format("start_time"), head):
+    if head.lstrip().startswith("[") and _has_key(head, ("start_time",)):
         return "inference-perf"
-    if re.search(_KEY.format("unit"), head) and re.search(_KEY.format("avg"), head):
+    if _has_key(head, ("unit",)) and _has_key(head, ("avg",)):
         return "aiperf"
     for tool, keys in _SNIFF:
-        if any(re.search(_KEY.format(k), head) for k in keys):
+        if _has_key(head, keys):
             return tool
     raise UserError(f"{path}: unknown benchmark result (none of the keys completed, "
                     f"successes, records, ...); {UNKNOWN}")
-
-
-def _first_line_is_sglang(path: Path) -> bool:
-    """Whether a JSON Lines file's first line is an ``sglang.bench_serving`` result (an
-    aiperf record has ``metadata`` and ``metrics`` instead)."""
-    check_text_file(path, "a benchmark result (JSON Lines)")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        first = next((line for line in f if line.strip()), "")
-    return any(re.search(_KEY.format(k), first) for k in MARKERS)
 
 
 def detect_tool(path: str | Path) -> str:
@@ -81,8 +81,8 @@ def detect_tool(path: str | Path) -> str:
         raise UserError(f"{path}: no benchmark result in this folder; {UNKNOWN}")
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")
-    if path.suffix == ".jsonl":
-        return "sglang" if _first_line_is_sglang(path) else "aiperf"
+    if path.suffix == ".jsonl":  # an aiperf record has metadata and metrics instead
+        return "sglang" if _has_key(_head(path), MARKERS) else "aiperf"
     if path.name.endswith("_aiperf.json"):
         return "aiperf"
     if _IP_NAME.search(path.name):
