@@ -364,8 +364,11 @@ def test_malformed_files_give_one_user_error(name, parts):
 def test_wrong_tool_and_missing_path():
     with pytest.raises(UserError, match="vllm_detailed.json.*records"):
         read_run(DATA / "vllm_detailed.json", "aiperf")
-    with pytest.raises(UserError, match="format 'genai-perf'"):
+    with pytest.raises(UserError, match="vllm_detailed.json: top level: no metric blocks.*"
+                                        "genai-perf summary"):
         read_run(DATA / "vllm_detailed.json", "genai-perf")
+    with pytest.raises(UserError, match="format 'locust'"):
+        read_run(DATA / "vllm_detailed.json", "locust")
     with pytest.raises(UserError, match="no such file"):
         read_run(DATA / "nope.json")
 

@@ -17,8 +17,9 @@ RESULT_HELP = (
     "A benchmark result: `vllm bench serve --save-result` JSON (add --save-detailed for "
     "per-request figures), an `sglang.bench_serving --output-file` JSON Lines file "
     "(--output-details; FILE:LINE for one run of several), an aiperf profile export "
-    "(profile_export.jsonl, profile_export_aiperf.json or their folder), or an "
-    "inference-perf report folder.")
+    "(profile_export.jsonl, profile_export_aiperf.json or their folder), a genai-perf "
+    "one (*_genai_perf.json, profile_export.json or their folder), or an inference-perf "
+    "report folder.")
 
 
 def _fmt(key: str, x) -> str:

@@ -22,6 +22,7 @@ class FormatOpt(str, Enum):
     vllm = "vllm"
     sglang = "sglang"
     aiperf = "aiperf"
+    genai_perf = "genai-perf"
     inference_perf = "inference-perf"
 
 

@@ -1,8 +1,8 @@
 """Real benchmark results in one in-memory form, and the workload that produced them.
 
 :func:`read_run` reads the result of ``vllm bench serve`` (:mod:`.vllm`),
-``sglang.bench_serving`` (:mod:`.sglang`), aiperf (:mod:`.aiperf`) or inference-perf
-(:mod:`.inference_perf`) into a
+``sglang.bench_serving`` (:mod:`.sglang`), aiperf (:mod:`.aiperf`), genai-perf
+(:mod:`.genai_perf`) or inference-perf (:mod:`.inference_perf`) into a
 :class:`~serveplan.runs.model.BenchRun` (seconds, send order);
 :func:`~serveplan.runs.workload.requests_for` rebuilds its requests for the simulator, and
 :func:`~serveplan.runs.vllm.write_vllm` writes any run (a simulation too) as vLLM does.
@@ -20,6 +20,8 @@ from pathlib import Path
 from serveplan.user_input import UserError, check_text_file
 
 from .aiperf import JSON_NAME, JSONL_NAME, read_aiperf
+from .genai_perf import DEFAULT_EXPORT, EXPORT_MARKERS, SUFFIX, read_genai_perf
+from .genai_perf import MARKERS as GENAI_PERF_MARKERS
 from .inference_perf import PER_REQUEST, SUMMARY, read_inference_perf
 from .model import BenchRun, Load, run_from_arrays
 from .sglang import MARKERS, read_sglang, split_line
@@ -27,18 +29,20 @@ from .vllm import read_vllm, write_vllm
 from .workload import requests_for
 
 READERS = {"vllm": read_vllm, "sglang": read_sglang, "aiperf": read_aiperf,
-           "inference-perf": read_inference_perf}
+           "genai-perf": read_genai_perf, "inference-perf": read_inference_perf}
 _IP_NAME = re.compile(r"(^|_)lifecycle_metrics\.json$|^config\.yaml$")
 _KEY = r'"{}"\s*:'
+_AIPERF_KEYS = ("aiperf_version", "schema_version", "records")
 _SNIFF = (("inference-perf", ("load_summary", "successes", "benchmark_time_seconds")),
-          ("aiperf", ("aiperf_version", "schema_version", "records")),
+          ("genai-perf", EXPORT_MARKERS),
+          ("aiperf", _AIPERF_KEYS),
           ("sglang", MARKERS),
           ("vllm", ("num_prompts", "completed", "request_throughput", "ttfts", "input_lens",
                     "mean_ttft_ms", "endpoint_type", "backend")))
 UNKNOWN = ("expected a `vllm bench serve --save-result` JSON (keys completed, ttfts, ...), "
            "an `sglang.bench_serving --output-file` JSON Lines file, "
-           f"an aiperf export ({JSONL_NAME}, {JSON_NAME}) or an inference-perf report "
-           f"({SUMMARY}, {PER_REQUEST})")
+           f"an aiperf export ({JSONL_NAME}, {JSON_NAME}), a genai-perf one (*{SUFFIX}, "
+           f"{DEFAULT_EXPORT}) or an inference-perf report ({SUMMARY}, {PER_REQUEST})")
 
 
 def _head(path: Path) -> str:
@@ -60,7 +64,8 @@ def _sniff(path: Path) -> str:
     if head.lstrip().startswith("[") and _has_key(head, ("start_time",)):
         return "inference-perf"
     if _has_key(head, ("unit",)) and _has_key(head, ("avg",)):
-        return "aiperf"
+        genai = _has_key(head, GENAI_PERF_MARKERS) and not _has_key(head, _AIPERF_KEYS)
+        return "genai-perf" if genai else "aiperf"
     for tool, keys in _SNIFF:
         if _has_key(head, keys):
             return tool
@@ -69,15 +74,20 @@ def _sniff(path: Path) -> str:
 
 
 def detect_tool(path: str | Path) -> str:
-    """``vllm``, ``sglang``, ``aiperf`` or ``inference-perf`` for a result file or folder."""
+    """``vllm``, ``sglang``, ``aiperf``, ``genai-perf`` or ``inference-perf`` for a result
+    file or folder."""
     path = Path(path)
     if path.is_dir():
         names = {p.name for p in path.iterdir()}
+        if any(n.endswith(SUFFIX) for n in names):
+            return "genai-perf"
         if JSONL_NAME in names or JSON_NAME in names or any(
                 n.endswith(("_aiperf.json", ".jsonl")) for n in names):
             return "aiperf"
         if any(_IP_NAME.search(n) for n in names):
             return "inference-perf"
+        if DEFAULT_EXPORT in names:
+            return "genai-perf"
         raise UserError(f"{path}: no benchmark result in this folder; {UNKNOWN}")
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")
@@ -85,6 +95,8 @@ def detect_tool(path: str | Path) -> str:
         return "sglang" if _has_key(_head(path), MARKERS) else "aiperf"
     if path.name.endswith("_aiperf.json"):
         return "aiperf"
+    if path.name.endswith(SUFFIX):
+        return "genai-perf"
     if _IP_NAME.search(path.name):
         return "inference-perf"
     return _sniff(path)
@@ -98,9 +110,10 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
     path : path
         A ``vllm bench serve`` JSON, an ``sglang.bench_serving`` output file (``FILE:LINE``
         for one run of several), an aiperf export (``profile_export.jsonl``,
-        ``profile_export_aiperf.json`` or their folder), or an inference-perf report
-        (its folder or one of its lifecycle JSON files).
-    tool : {"vllm", "sglang", "aiperf", "inference-perf"}, optional
+        ``profile_export_aiperf.json`` or their folder), a genai-perf export
+        (``*_genai_perf.json``, perf_analyzer's ``profile_export.json`` or their folder), or
+        an inference-perf report (its folder or one of its lifecycle JSON files).
+    tool : {"vllm", "sglang", "aiperf", "genai-perf", "inference-perf"}, optional
         The tool that wrote it; default: detected from file names and keys.
 
     Raises
@@ -123,6 +136,6 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
     return read_sglang(path, line)
 
 
-__all__ = ["READERS", "BenchRun", "Load", "detect_tool", "read_aiperf", "read_inference_perf",
-           "read_run", "read_sglang", "read_vllm", "requests_for", "run_from_arrays",
-           "write_vllm"]
+__all__ = ["READERS", "BenchRun", "Load", "detect_tool", "read_aiperf", "read_genai_perf",
+           "read_inference_perf", "read_run", "read_sglang", "read_vllm", "requests_for",
+           "run_from_arrays", "write_vllm"]

@@ -183,7 +183,9 @@ def _read_records(path: Path) -> tuple[dict, dict, list[str]]:
 
 
 # ----------------------------------------------------------------------------- aggregate
-def _blocks(data: dict, where: Where) -> dict[str, dict]:
+def metric_blocks(data: dict, where: Where) -> dict[str, dict]:
+    """The statistics blocks (``{"unit": ..., "avg": ...}``) of an aggregate export, by
+    metric (genai-perf's summary has the same blocks)."""
     records = data.get("records")
     if isinstance(records, dict):
         return records
@@ -205,7 +207,8 @@ def _latency_into(out: dict, tag: str, block: dict, where: Where) -> None:
             out[f"{name}_{_LATENCIES[tag]}_s"] = value * scale
 
 
-def _summary(blocks: dict[str, dict], where: Where) -> dict[str, float]:
+def block_summary(blocks: dict[str, dict], where: Where) -> dict[str, float]:
+    """:attr:`BenchRun.summary` of metric blocks: latencies in seconds from their ``unit``."""
     out: dict[str, float] = {}
     for tag, block in blocks.items():
         mapping(block, where, tag)
@@ -257,7 +260,7 @@ def _read_aggregate(path: Path) -> tuple[dict, Load, str | None, dict, list[str]
     """Summary, load, model, extras and notes of ``profile_export_aiperf.json``."""
     where = Where(path)
     data = mapping(load_json(path, EXPECTED_JSON), where, "top level")
-    summary = _summary(_blocks(data, where), where)
+    summary = block_summary(metric_blocks(data, where), where)
     config = data.get("input_config") or {}
     mapping(config, where, "input_config")
     load, notes = _load(config, data.get("run_info") or {}, where)
@@ -307,4 +310,4 @@ def read_aiperf(path: str | Path) -> BenchRun:
     return with_replay_warnings(run)
 
 
-__all__ = ["JSONL_NAME", "JSON_NAME", "read_aiperf"]
+__all__ = ["JSONL_NAME", "JSON_NAME", "block_summary", "metric_blocks", "read_aiperf"]

@@ -1,0 +1,200 @@
+"""genai-perf results (serveplan/runs/genai_perf.py), written here with the keys and units
+of triton-inference-server/perf_analyzer: the summary as genai-perf's ``JsonExporter``
+writes it (statistics in ms, ``input_config`` flat or nested) and the per-request file as
+perf_analyzer's ``ProfileDataExporter`` does (ns since the epoch, completion order)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from serveplan.cli import app
+from serveplan.runs import detect_tool, read_run
+from serveplan.runs.genai_perf import DISTRIBUTION_NOTE
+from serveplan.user_input import UserError
+
+T0 = 1_718_000_000_000_000_000  # ns since the epoch
+MS = 1_000_000
+
+
+def _sse(*texts: str | None) -> dict:
+    """One response of an OpenAI chat stream: an event per text (None: a role-only delta)."""
+    events = []
+    for t in texts:
+        delta = {"role": "assistant"} if t is None else {"content": t}
+        events.append("data: " + json.dumps({"object": "chat.completion.chunk",
+                                             "choices": [{"index": 0, "delta": delta}]}))
+    return {"response": "\n\n".join(events) + "\n\n"}
+
+
+DONE = {"response": "data: [DONE]\n\n"}
+USAGE = {"response": "data: " + json.dumps({"choices": [], "usage": {"completion_tokens": 2}})
+         + "\n\n"}
+# Completion order, as perf_analyzer writes them: B, then C, then A.
+REQ_A = {"timestamp": T0, "request_inputs": {"payload": "{}"},
+         "response_timestamps": [T0 + 10 * MS, T0 + 50 * MS, T0 + 70 * MS, T0 + 75 * MS,
+                                 T0 + 76 * MS],
+         "response_outputs": [_sse(None), _sse("Hel"), _sse("lo"), USAGE, DONE]}
+REQ_B = {"timestamp": T0 + 5 * MS, "request_inputs": {"payload": "{}"},
+         "response_timestamps": [T0 + 65 * MS, T0 + 95 * MS, T0 + 96 * MS],
+         "response_outputs": [_sse("a"), _sse("b", "c"), DONE]}
+REQ_C = {"timestamp": T0 + 80 * MS, "request_inputs": {"payload": "{}"},
+         "response_timestamps": [T0 + 90 * MS, T0 + 91 * MS],
+         "response_outputs": [_sse(None), DONE]}
+EXPORT = {"experiments": [{"experiment": {"mode": "concurrency", "value": 2},
+                           "requests": [REQ_B, REQ_C, REQ_A],
+                           "window_boundaries": [T0, T0 + 10_000 * MS]}],
+          "version": "2.50.0", "service_kind": "openai", "endpoint": "v1/chat/completions"}
+
+
+def _block(avg: float, unit: str = "ms") -> dict:
+    return {"unit": unit, "avg": avg, "p50": avg, "p99": avg * 1.2, "min": avg * 0.8,
+            "max": avg * 1.3, "std": 1.0}
+
+
+STATS = {"time_to_first_token": _block(55.0), "inter_token_latency": _block(12.0),
+         "request_latency": _block(80.0), "output_sequence_length": _block(4.0, "tokens"),
+         "input_sequence_length": _block(100.0, "tokens"),
+         "output_token_throughput": {"unit": "tokens/sec", "avg": 160.0},
+         "request_throughput": {"unit": "requests/sec", "avg": 40.0}}
+NESTED = {"model_names": ["meta-llama/Llama-3.1-8B-Instruct"], "subcommand": "profile",
+          "endpoint": {"type": "chat", "service_kind": "openai", "streaming": True},
+          "perf_analyzer": {"stimulus": {"concurrency": 2}, "warmup_request_count": 0,
+                            "measurement": {"mode": "request_count", "num": ""}},
+          "input": {"random_seed": 0, "synthetic_tokens": {"mean": 100, "stddev": 0},
+                    "output_tokens": {"mean": "", "stddev": 0, "deterministic": False}},
+          "output": {"profile_export_file": "profile_export.json"}}
+FLAT = {"model": ["meta-llama/Llama-3.1-8B-Instruct"], "formatted_model_name": "llama",
+        "concurrency": None, "request_rate": 5.0, "request_count": 50,
+        "warmup_request_count": 0, "measurement_interval": 10000, "random_seed": 7,
+        "synthetic_input_tokens_mean": 550, "synthetic_input_tokens_stddev": 0,
+        "output_tokens_mean": 128, "output_tokens_stddev": 0, "streaming": True,
+        "service_kind": "openai", "endpoint_type": "chat", "extra_inputs": {}}
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _artifacts(tmp_path, config=NESTED, export=EXPORT, stats=STATS):
+    folder = tmp_path / "llama-openai-chat-concurrency2"
+    folder.mkdir()
+    _write(folder / "profile_export_genai_perf.json", stats | {"input_config": config})
+    if export is not None:
+        _write(folder / "profile_export.json", export)
+    return folder
+
+
+def test_requests_are_timed_as_genai_perf_times_them(tmp_path):
+    """Sorted by send: A (0 ms), B (5 ms), C (80 ms). Text responses only: A's first text at
+    50 ms and last at 70 ms (its role-only chunk, usage chunk and [DONE] dropped), B's at
+    65 and 95 ms after a send at 5; C returned no text and is a failure."""
+    run = read_run(_artifacts(tmp_path))
+    assert (run.tool, run.model, run.n) == ("genai-perf", "meta-llama/Llama-3.1-8B-Instruct", 3)
+    assert (run.load.kind, run.load.concurrency) == ("concurrency", 2)
+    np.testing.assert_allclose(run.send_s, [0.0, 0.005, 0.080])
+    assert run.success.tolist() == [True, True, False]
+    np.testing.assert_allclose(run.ttft_s[:2], [0.050, 0.060])
+    np.testing.assert_allclose(run.e2e_s[:2], [0.070, 0.090])
+    assert math.isnan(run.ttft_s[2])
+    np.testing.assert_allclose(run.itls(0), [0.020])
+    np.testing.assert_allclose(run.itls(1), [0.030])
+    assert run.summary["mean_ttft_s"] == pytest.approx(0.055)
+    assert run.summary["mean_tpot_s"] == pytest.approx(0.012)
+
+
+def test_token_counts_come_from_text_events_scaled_to_the_summary(tmp_path):
+    """Text events: A 2 (Hel, lo), B 3 (a, b, c): mean 2.5; the summary's re-tokenized mean
+    is 4.0, so x 1.6: A round(3.2) = 3, B round(4.8) = 5. Prompts: the mean, 100."""
+    run = read_run(_artifacts(tmp_path))
+    assert run.output_len.tolist() == [3, 5, -1]
+    assert run.input_len.tolist() == [100, 100, 100]
+    assert any("x 1.600" in w for w in run.warnings)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    with pytest.raises(UserError, match=r"profile_export\.json: prompt lengths: .*keep the "
+                                        r"run's \*_genai_perf\.json"):
+        read_run(_write(alone / "profile_export.json", EXPORT))
+
+
+def test_triton_c_api_token_ids_are_counted_exactly(tmp_path):
+    """Token ids in and out are counted, not scaled; the export alone gives the load."""
+    reqs = [{"timestamp": T0, "request_inputs": {"input_ids": [1, 2, 3]},
+             "response_timestamps": [T0 + 20 * MS, T0 + 30 * MS],
+             "response_outputs": [{"output_ids": [5, 6]}, {"output_ids": 7}]}]
+    export = {"experiments": [{"experiment": {"mode": "request_rate", "value": 2.0},
+                               "requests": reqs, "window_boundaries": []}],
+              "service_kind": "triton_c_api", "endpoint": ""}
+    run = read_run(_write(tmp_path / "profile_export.json", export))
+    assert (run.input_len.tolist(), run.output_len.tolist()) == ([3], [3])
+    np.testing.assert_allclose([run.ttft_s[0], run.e2e_s[0]], [0.020, 0.030])
+    assert (run.load.kind, run.load.request_rate, run.load.arrival) == (
+        "rate", 2.0, "constant")
+    assert not any("x " in w for w in run.warnings)
+
+
+def test_a_flat_summary_alone_replays_its_rate_as_constant_gaps(tmp_path):
+    """The 2024 layout: request_rate 5 (perf_analyzer's default constant distribution) and
+    request_count 50; no request_count block, so the count is the one asked for."""
+    run = read_run(_artifacts(tmp_path, config=FLAT, export=None))
+    assert not run.has_requests and run.n == 50
+    assert (run.load.kind, run.load.request_rate, run.load.arrival, run.load.seed) == (
+        "rate", 5.0, "constant", 7)
+    assert run.extras["requested_output_len"] == 128
+    assert DISTRIBUTION_NOTE in run.warnings
+
+
+def test_an_interval_run_without_its_export_names_what_is_missing(tmp_path):
+    config = FLAT | {"request_count": 0}
+    with pytest.raises(UserError, match=r"request_count: not in the summary.*"
+                                        r"profile_export\.json"):
+        read_run(_artifacts(tmp_path, config=config, export=None))
+    counted = STATS | {"request_count": {"unit": "count", "avg": 20}}
+    sub = tmp_path / "counted"
+    sub.mkdir()
+    assert read_run(_artifacts(sub, config=config, export=None, stats=counted)).n == 20
+
+
+def test_files_are_told_apart_from_aiperf(tmp_path):
+    folder = _artifacts(tmp_path)
+    assert detect_tool(folder) == "genai-perf"
+    assert detect_tool(folder / "profile_export.json") == "genai-perf"
+    renamed = _write(tmp_path / "run1.json", STATS | {"input_config": FLAT})
+    assert detect_tool(renamed) == "genai-perf"
+    assert read_run(renamed).n == 50  # read as the summary it is
+    aiperf = _write(tmp_path / "agg.json", STATS | {"schema_version": "1.2",
+                                                    "input_config": {"loadgen": {}}})
+    assert detect_tool(aiperf) == "aiperf"
+    # the export read directly finds its summary beside it
+    assert read_run(folder / "profile_export.json").model == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_bad_records_name_the_file_and_field(tmp_path):
+    bad = dict(REQ_B, response_timestamps=[T0 + 65 * MS])
+    export = EXPORT | {"experiments": [{"experiment": {"mode": "concurrency", "value": 2},
+                                        "requests": [REQ_A, bad]}]}
+    with pytest.raises(UserError, match=r"profile_export\.json: experiments\[0\]\.requests"
+                                        r"\[1\]: response_timestamps and response_outputs"):
+        read_run(_artifacts(tmp_path, export=export))
+    two = {"experiments": [EXPORT["experiments"][0],
+                           {"experiment": {"mode": "concurrency", "value": 4},
+                            "requests": [REQ_A]}]}
+    alone = tmp_path / "two"
+    alone.mkdir()
+    with pytest.raises(UserError, match=r"2 experiments \(concurrency 2, concurrency 4\)"):
+        read_run(_write(alone / "profile_export.json", two))
+
+
+def test_compare_replays_a_genai_perf_folder(tmp_path):
+    folder = _artifacts(tmp_path)
+    result = CliRunner().invoke(app, ["compare", str(folder), "--gpu", "h100",
+                                      "--format", "genai-perf"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "(genai-perf, 3 requests)" in text
+    assert "mean_ttft" in text and "x 1.600" in text
