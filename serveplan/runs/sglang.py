@@ -35,7 +35,7 @@ from serveplan.user_input import UserError
 
 from ._io import Where, iter_jsonl, number, text
 from .model import BenchRun
-from .vllm import _requests, _summary, _traffic
+from .vllm import bench_serve_load, bench_serve_requests, bench_serve_summary
 from .workload import with_replay_warnings
 
 EXPECTED = "a `python -m sglang.bench_serving --output-file` JSON Lines file"
@@ -115,11 +115,11 @@ def read_sglang(path: str | Path, line: int | None = None) -> BenchRun:
         keys = ", ".join(list(data)[:6]) or "none"
         raise UserError(f"{where}: not an sglang.bench_serving result (none of the keys "
                         f"{', '.join(MARKERS)}; it has {keys}); expected {EXPECTED}")
-    load, notes = _traffic({"burstiness": 1.0, **data}, where)
-    arrays, more = _requests(data, where, no_latencies="")
+    load, notes = bench_serve_load({"burstiness": 1.0, **data}, where)
+    arrays, more = bench_serve_requests(data, where, no_latencies="")
     model = text(data["model_id"], where, "model_id") if data.get("model_id") else None
     run = BenchRun(path=path, tool="sglang", model=model, load=load, **arrays,
-                   summary=_summary(data, where), extras=_extras(data, where),
+                   summary=bench_serve_summary(data, where), extras=_extras(data, where),
                    warnings=tuple(notes + more))
     return with_replay_warnings(run)
 

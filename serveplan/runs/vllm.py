@@ -84,7 +84,10 @@ def _load_document(path: Path) -> dict:
     return mapping(data, Where(path), "top level")
 
 
-def _traffic(data: dict, where: Where) -> tuple[Load, list[str]]:
+def bench_serve_load(data: dict, where: Where) -> tuple[Load, list[str]]:
+    """The load of a ``benchmark_serving``-style result (vLLM's, and SGLang's, which keeps
+    its keys): ``request_rate``, ``burstiness``, ``max_concurrency``, ramp-up; the notes on
+    what it leaves unrecorded."""
     notes = []
     if "request_rate" not in data:
         notes.append("request_rate not recorded: taken as inf (vLLM's default)")
@@ -145,8 +148,8 @@ NO_LATENCIES = ("latencies not recorded (vLLM before 2025): E2E = TTFT + sum of 
                 "vLLM's request functions measure it")
 
 
-def _requests(data: dict, where: Where, no_latencies: str = NO_LATENCIES
-              ) -> tuple[dict, list[str]]:
+def bench_serve_requests(data: dict, where: Where, no_latencies: str = NO_LATENCIES
+                         ) -> tuple[dict, list[str]]:
     """The per-request arrays (``--save-detailed``), in send order; ``no_latencies``: the
     note where the file has no ``latencies``."""
     present = [k for k in PER_REQUEST if k in data]
@@ -202,7 +205,8 @@ def _order_by_send(arrays: dict, send: np.ndarray) -> list[str]:
     return ["requests reordered by start_times (sent out of schedule order)"]
 
 
-def _summary(data: dict, where: Where) -> dict[str, float]:
+def bench_serve_summary(data: dict, where: Where) -> dict[str, float]:
+    """:attr:`BenchRun.summary` of a ``benchmark_serving``-style result's statistics."""
     out: dict[str, float] = {}
     for key, name in _SCALARS.items():
         value = number(data.get(key), where, key, null_ok=True)
@@ -238,11 +242,11 @@ def read_vllm(path: str | Path) -> BenchRun:
     where = Where(path)
     if not any(k in data for k in ("completed", "request_throughput") + PER_REQUEST):
         where.fail("completed", "missing: not a vllm bench serve result")
-    load, notes = _traffic(data, where)
-    arrays, more = _requests(data, where)
+    load, notes = bench_serve_load(data, where)
+    arrays, more = bench_serve_requests(data, where)
     model = text(data.get("model_id"), where, "model_id")
     run = BenchRun(path=path, tool="vllm", model=model, load=load, **arrays,
-                   summary=_summary(data, where), extras=_extras(data, where),
+                   summary=bench_serve_summary(data, where), extras=_extras(data, where),
                    warnings=tuple(notes + more))
     return with_replay_warnings(run)
 
@@ -328,4 +332,5 @@ def write_vllm(run: BenchRun, path: str | Path, *, percentiles=(99.0,),
     return path
 
 
-__all__ = ["read_vllm", "write_vllm"]
+__all__ = ["bench_serve_load", "bench_serve_requests", "bench_serve_summary", "read_vllm",
+           "write_vllm"]
