@@ -33,14 +33,16 @@ def check_text_file(path, expected: str, *, field: str | None = None) -> None:
         raise UserError(prefix + not_text_message(path, problem, expected))
 
 
-def yaml_mapping(path, expected: str, error: type[Exception] = UserError) -> dict:
+def yaml_mapping(path, expected: str, error: type[Exception] = UserError,
+                 loader=None) -> dict:
     """The mapping in a YAML file (an empty file is ``{}``); a file that is not text, not
-    YAML (with its line) or not a mapping raises ``error`` naming the file."""
+    YAML (with its line) or not a mapping raises ``error`` naming the file. ``loader``: a
+    ``yaml.SafeLoader`` subclass (default ``SafeLoader``)."""
     import yaml
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader or yaml.SafeLoader)
     except UnicodeDecodeError as exc:
         raise error(not_text_message(path, decode_problem(exc), expected)) from None
     except yaml.YAMLError as exc:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from serveplan.cli import app
 from serveplan.runs import detect_tool, read_run
-from serveplan.runs.sglang import split_line
+from serveplan.runs._io import split_line
 from serveplan.user_input import UserError
 
 # benchmark()'s ``result``: statistics in ms, duration in s
@@ -97,7 +97,9 @@ def test_how_files_are_told_apart(tmp_path):
     assert split_line(odd) == (odd, None)
     vllm = tmp_path / "v.json"
     vllm.write_text(json.dumps({"completed": 1, "model_id": "m", "request_rate": 1.0}))
-    with pytest.raises(UserError, match="FILE:LINE picks a run of an sglang.bench_serving"):
+    with pytest.raises(UserError, match="FILE:N picks a line of an sglang.bench_serving file "
+                                        "or a benchmark of a GuideLLM report; v.json is a "
+                                        "vllm result"):
         read_run(f"{vllm}:1")
 
 

@@ -18,7 +18,8 @@ RESULT_HELP = (
     "per-request figures), an `sglang.bench_serving --output-file` JSON Lines file "
     "(--output-details; FILE:LINE for one run of several), an aiperf profile export "
     "(profile_export.jsonl, profile_export_aiperf.json or their folder), a genai-perf "
-    "one (*_genai_perf.json, profile_export.json or their folder), or an inference-perf "
+    "one (*_genai_perf.json, profile_export.json or their folder), a GuideLLM report "
+    "(benchmarks.json or .yaml; FILE:N for benchmark N of several), or an inference-perf "
     "report folder.")
 
 

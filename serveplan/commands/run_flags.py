@@ -23,6 +23,7 @@ class FormatOpt(str, Enum):
     sglang = "sglang"
     aiperf = "aiperf"
     genai_perf = "genai-perf"
+    guidellm = "guidellm"
     inference_perf = "inference-perf"
 
 

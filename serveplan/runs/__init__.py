@@ -2,7 +2,8 @@
 
 :func:`read_run` reads the result of ``vllm bench serve`` (:mod:`.vllm`),
 ``sglang.bench_serving`` (:mod:`.sglang`), aiperf (:mod:`.aiperf`), genai-perf
-(:mod:`.genai_perf`) or inference-perf (:mod:`.inference_perf`) into a
+(:mod:`.genai_perf`), GuideLLM (:mod:`.guidellm`) or inference-perf
+(:mod:`.inference_perf`) into a
 :class:`~serveplan.runs.model.BenchRun` (seconds, send order);
 :func:`~serveplan.runs.workload.requests_for` rebuilds its requests for the simulator, and
 :func:`~serveplan.runs.vllm.write_vllm` writes any run (a simulation too) as vLLM does.
@@ -19,17 +20,24 @@ from pathlib import Path
 
 from serveplan.user_input import UserError, check_text_file
 
+from ._io import split_line
 from .aiperf import JSON_NAME, JSONL_NAME, read_aiperf
 from .genai_perf import DEFAULT_EXPORT, EXPORT_MARKERS, SUFFIX, read_genai_perf
 from .genai_perf import MARKERS as GENAI_PERF_MARKERS
+from .guidellm import DEFAULT_NAME as GUIDELLM_NAME
+from .guidellm import read_guidellm
 from .inference_perf import PER_REQUEST, SUMMARY, read_inference_perf
 from .model import BenchRun, Load, run_from_arrays
-from .sglang import MARKERS, read_sglang, split_line
+from .sglang import MARKERS, read_sglang
 from .vllm import read_vllm, write_vllm
 from .workload import requests_for
 
 READERS = {"vllm": read_vllm, "sglang": read_sglang, "aiperf": read_aiperf,
-           "genai-perf": read_genai_perf, "inference-perf": read_inference_perf}
+           "genai-perf": read_genai_perf, "guidellm": read_guidellm,
+           "inference-perf": read_inference_perf}
+NUMBERED = {"sglang": "a line of an sglang.bench_serving file",
+            "guidellm": "a benchmark of a GuideLLM report"}
+"""The tools whose files hold several runs, read one at a time as ``FILE:N``."""
 _IP_NAME = re.compile(r"(^|_)lifecycle_metrics\.json$|^config\.yaml$")
 _KEY = r'"{}"\s*:'
 _AIPERF_KEYS = ("aiperf_version", "schema_version", "records")
@@ -42,7 +50,9 @@ _SNIFF = (("inference-perf", ("load_summary", "successes", "benchmark_time_secon
 UNKNOWN = ("expected a `vllm bench serve --save-result` JSON (keys completed, ttfts, ...), "
            "an `sglang.bench_serving --output-file` JSON Lines file, "
            f"an aiperf export ({JSONL_NAME}, {JSON_NAME}), a genai-perf one (*{SUFFIX}, "
-           f"{DEFAULT_EXPORT}) or an inference-perf report ({SUMMARY}, {PER_REQUEST})")
+           f"{DEFAULT_EXPORT}), a GuideLLM report ({GUIDELLM_NAME}) or an inference-perf "
+           f"report ({SUMMARY}, {PER_REQUEST})")
+_YAML_BENCHMARKS = re.compile(r"^benchmarks:", re.MULTILINE)
 
 
 def _head(path: Path) -> str:
@@ -63,6 +73,9 @@ def _sniff(path: Path) -> str:
         raise UserError(f"{path}: empty file; {UNKNOWN}")
     if head.lstrip().startswith("[") and _has_key(head, ("start_time",)):
         return "inference-perf"
+    if _has_key(head, ("benchmarks",)) and _has_key(head, ("type_",)) or (
+            path.suffix in (".yaml", ".yml") and _YAML_BENCHMARKS.search(head)):
+        return "guidellm"
     if _has_key(head, ("unit",)) and _has_key(head, ("avg",)):
         genai = _has_key(head, GENAI_PERF_MARKERS) and not _has_key(head, _AIPERF_KEYS)
         return "genai-perf" if genai else "aiperf"
@@ -74,8 +87,8 @@ def _sniff(path: Path) -> str:
 
 
 def detect_tool(path: str | Path) -> str:
-    """``vllm``, ``sglang``, ``aiperf``, ``genai-perf`` or ``inference-perf`` for a result
-    file or folder."""
+    """``vllm``, ``sglang``, ``aiperf``, ``genai-perf``, ``guidellm`` or ``inference-perf``
+    for a result file or folder."""
     path = Path(path)
     if path.is_dir():
         names = {p.name for p in path.iterdir()}
@@ -88,6 +101,8 @@ def detect_tool(path: str | Path) -> str:
             return "inference-perf"
         if DEFAULT_EXPORT in names:
             return "genai-perf"
+        if GUIDELLM_NAME in names:
+            return "guidellm"
         raise UserError(f"{path}: no benchmark result in this folder; {UNKNOWN}")
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")
@@ -111,9 +126,11 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
         A ``vllm bench serve`` JSON, an ``sglang.bench_serving`` output file (``FILE:LINE``
         for one run of several), an aiperf export (``profile_export.jsonl``,
         ``profile_export_aiperf.json`` or their folder), a genai-perf export
-        (``*_genai_perf.json``, perf_analyzer's ``profile_export.json`` or their folder), or
-        an inference-perf report (its folder or one of its lifecycle JSON files).
-    tool : {"vllm", "sglang", "aiperf", "genai-perf", "inference-perf"}, optional
+        (``*_genai_perf.json``, perf_analyzer's ``profile_export.json`` or their folder), a
+        GuideLLM report (``benchmarks.json`` or ``.yaml``; ``FILE:N`` for benchmark ``N``
+        of several), or an inference-perf report (its folder or one of its lifecycle JSON
+        files).
+    tool : {"vllm", "sglang", "aiperf", "genai-perf", "guidellm", "inference-perf"}, optional
         The tool that wrote it; default: detected from file names and keys.
 
     Raises
@@ -130,12 +147,12 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
         raise UserError(f"{path}: format {tool!r}: expected one of {', '.join(READERS)}")
     if line is None:
         return READERS[tool](path)
-    if tool != "sglang":
-        raise UserError(f"{path}:{line}: FILE:LINE picks a run of an sglang.bench_serving "
-                        f"file; {path.name} is a {tool} result (name the file alone)")
-    return read_sglang(path, line)
+    if tool not in NUMBERED:
+        raise UserError(f"{path}:{line}: FILE:N picks {' or '.join(NUMBERED.values())}; "
+                        f"{path.name} is a {tool} result (name the file alone)")
+    return READERS[tool](path, line)
 
 
-__all__ = ["READERS", "BenchRun", "Load", "detect_tool", "read_aiperf", "read_genai_perf",
-           "read_inference_perf", "read_run", "read_sglang", "read_vllm", "requests_for",
+__all__ = ["NUMBERED", "READERS", "BenchRun", "Load", "detect_tool", "read_aiperf",
+           "read_genai_perf", "read_guidellm", "read_inference_perf", "read_run", "read_sglang", "read_vllm", "requests_for",
            "run_from_arrays", "write_vllm"]

@@ -104,10 +104,24 @@ def iter_jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
         yield lineno, rec
 
 
-def load_yaml(path: Path, expected: str) -> dict:
-    """The mapping in a YAML file (an empty file is ``{}``)."""
+def load_yaml(path: Path, expected: str, loader=None) -> dict:
+    """The mapping in a YAML file (an empty file is ``{}``; ``loader``: a
+    ``yaml.SafeLoader`` subclass)."""
     check_text_file(path, expected)
-    return yaml_mapping(path, expected)
+    return yaml_mapping(path, expected, loader=loader)
+
+
+_NUMBERED = re.compile(r"^(?P<path>.+):(?P<n>\d+)$")
+
+
+def split_line(path: str | Path) -> tuple[Path, int | None]:
+    """``FILE:N`` (one run of a file of several) as ``(FILE, N)``; a path that exists as
+    written, or has no such suffix, as ``(path, None)``."""
+    path = Path(path)
+    m = _NUMBERED.match(str(path))
+    if path.exists() or m is None:
+        return path, None
+    return Path(m["path"]), int(m["n"])
 
 
 # ----------------------------------------------------------------------------- values

@@ -24,11 +24,14 @@ import numpy as np
 
 KINDS = ("rate", "concurrency", "stages")
 ARRIVALS = ("poisson", "gamma", "constant", "trace")
-TOOLS = ("vllm", "sglang", "aiperf", "genai-perf", "inference-perf", "serveplan")
+TOOLS = ("vllm", "sglang", "aiperf", "genai-perf", "guidellm", "inference-perf",
+         "serveplan")
 RAMP_UP = ("linear", "exponential")
 DETAIL_FLAGS = {"vllm": "rerun vllm bench serve with --save-detailed",
                 "sglang": "rerun sglang.bench_serving with --output-details",
-                "genai-perf": "keep perf_analyzer's profile_export.json beside the summary"}
+                "genai-perf": "keep perf_analyzer's profile_export.json beside the summary",
+                "guidellm": "rerun guidellm benchmark without --output-sampling / "
+                            "--sample-requests"}
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,8 @@ class BenchRun:
     path : Path
         The file or folder read.
     tool : str
-        ``vllm``, ``sglang``, ``aiperf``, ``genai-perf``, ``inference-perf`` (``serveplan``
-        for a simulation).
+        ``vllm``, ``sglang``, ``aiperf``, ``genai-perf``, ``guidellm``, ``inference-perf``
+        (``serveplan`` for a simulation).
     model : str or None
         The model the client named.
     load : Load

@@ -22,13 +22,12 @@ TTFT plus the ITLs, as its request functions measure it) and no seed. Its gaps a
 (``np.random.exponential``); a ``burstiness`` key, where a version writes one, is read as
 vLLM's. A request counts as failed when its error string is not empty, or when it has
 neither a first token nor output. A file of several runs is read as ``FILE:LINE`` (the
-line of the run; :func:`split_line`).
+line of the run; :func:`~serveplan.runs._io.split_line`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from serveplan.user_input import UserError
@@ -45,17 +44,6 @@ and does not retokenize): how a file is told apart."""
 _EXTRAS = ("backend", "dataset_name", "sharegpt_output_len", "random_input_len",
            "random_output_len", "random_range_ratio", "concurrency", "accept_length",
            "input_throughput", "total_output_tokens_retokenized")
-_LINE = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
-
-
-def split_line(path: str | Path) -> tuple[Path, int | None]:
-    """``FILE:LINE`` as ``(FILE, LINE)``; a path that exists as written, or has no such
-    suffix, as ``(path, None)``."""
-    path = Path(path)
-    m = _LINE.match(str(path))
-    if path.exists() or m is None:
-        return path, None
-    return Path(m["path"]), int(m["line"])
 
 
 def is_sglang_result(record: dict) -> bool:
@@ -124,4 +112,4 @@ def read_sglang(path: str | Path, line: int | None = None) -> BenchRun:
     return with_replay_warnings(run)
 
 
-__all__ = ["EXPECTED", "is_sglang_result", "read_sglang", "split_line"]
+__all__ = ["EXPECTED", "is_sglang_result", "read_sglang"]
