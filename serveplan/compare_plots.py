@@ -25,7 +25,7 @@ def plot_cdfs(comparison, run, path) -> None:
     log axis where the values span a factor of 10 or more."""
     pairs = comparison.pairs
     if pairs is None:
-        raise UserError(f"--plot: {run.path.name} has no per-request records to draw "
+        raise UserError(f"--plot: {run.name} has no per-request records to draw "
                         f"({run.detail_hint})")
     plt = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
@@ -43,7 +43,7 @@ def plot_cdfs(comparison, run, path) -> None:
         if both.size and both.min() > 0 and both.max() / both.min() >= 10:
             log_axis(ax, "x")
     outside_legend(axes[0, 1])
-    fig.suptitle(f"{run.path.name} ({run.tool}, model {run.model or '?'}): measured vs "
+    fig.suptitle(f"{run.name} ({run.tool}, model {run.model or '?'}): measured vs "
                  "serveplan", fontsize=10)
     fig.tight_layout()
     _save(fig, path)

@@ -48,7 +48,7 @@ class RunCase:
 
     @property
     def label(self) -> str:
-        return self.run.path.name
+        return self.run.name
 
 
 def _medians(stats: dict) -> np.ndarray:

@@ -64,6 +64,7 @@ def test_a_sweep_is_read_one_benchmark_at_a_time():
     assert (sync.load.kind, sync.load.concurrency) == ("concurrency", 1)
     assert (burst.load.kind, burst.load.request_rate) == ("rate", float("inf"))
     assert burst.warnings[0] == "benchmark 2 of 3: throughput"
+    assert burst.name == "v0.3.1-sweep.json:2"
 
 
 def test_sampled_records_fall_back_to_the_statistics():

@@ -98,7 +98,7 @@ def compare(
         typer.echo(json.dumps(comparison.as_dict(), indent=2))
         return
     console = Console()
-    title = f"{result.name} ({run.tool}, {run.n:,} requests): measured vs serveplan"
+    title = f"{run.name} ({run.tool}, {run.n:,} requests): measured vs serveplan"
     print_comparison(comparison.as_dict(), title, console)
     for path in (out, plot):
         if path is not None:

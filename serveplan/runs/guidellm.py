@@ -300,7 +300,8 @@ def locate(path: Path) -> Path:
 def read_guidellm(path: str | Path, number_: int | None = None) -> BenchRun:
     """One benchmark of a GuideLLM report (module docstring): the file's only one, or
     benchmark ``number_`` (from 1)."""
-    path = locate(Path(path))
+    given = Path(path)
+    path = locate(given)
     data, benchmarks = _report(path)
     i, bench = _choose(path, benchmarks, number_)
     where, field = Where(path), f"benchmarks[{i}]"
@@ -316,8 +317,9 @@ def read_guidellm(path: str | Path, number_: int | None = None) -> BenchRun:
         notes.append(f"{counts['incomplete']} requests were cut off when the benchmark ended: "
                      "replayed as failures")
     extras = {"guidellm_strategy": label(bench)}
-    run = BenchRun(path=path, tool="guidellm", model=_model(data, bench), load=load, **arrays,
-                   summary=_statistics(bench, totals), extras=extras, warnings=tuple(notes))
+    run = BenchRun(path=given, tool="guidellm", model=_model(data, bench), load=load, **arrays,
+                   summary=_statistics(bench, totals), extras=extras, warnings=tuple(notes),
+                   part=number_)
     return with_replay_warnings(run)
 
 

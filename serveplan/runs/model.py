@@ -157,6 +157,8 @@ class BenchRun:
         Other figures the file has (prefix-cache hits, the requested output length, ...).
     warnings : tuple of str
         What the importer (and the replay, :mod:`.workload`) had to assume.
+    part : int, optional
+        Which run of a file of several (``FILE:N``: an SGLang line, a GuideLLM benchmark).
     """
 
     path: Path
@@ -175,6 +177,7 @@ class BenchRun:
     summary: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    part: int | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -213,6 +216,11 @@ class BenchRun:
                 np.diff(off) < 0):
             raise ValueError(f"itl_offsets must be n + 1 = {n + 1} non-decreasing offsets from "
                              f"0 to len(itl_s) = {len(self.itl_s)}")
+
+    @property
+    def name(self) -> str:
+        """The run as the user named it: the file's name, ``:N`` for one run of several."""
+        return self.path.name if self.part is None else f"{self.path.name}:{self.part}"
 
     @property
     def detail_hint(self) -> str:

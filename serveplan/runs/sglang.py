@@ -108,7 +108,7 @@ def read_sglang(path: str | Path, line: int | None = None) -> BenchRun:
     model = text(data["model_id"], where, "model_id") if data.get("model_id") else None
     run = BenchRun(path=path, tool="sglang", model=model, load=load, **arrays,
                    summary=bench_serve_summary(data, where), extras=_extras(data, where),
-                   warnings=tuple(notes + more))
+                   warnings=tuple(notes + more), part=line)
     return with_replay_warnings(run)
 
 
