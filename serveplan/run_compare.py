@@ -229,8 +229,8 @@ def compare_run(run: BenchRun, resolved, seed: int = 0) -> Comparison:
         measured, pairs = latency_stats(meas), pairs_dataset(run, meas, pred)
     else:
         measured, pairs = summary_stats(run), None
-        notes.append(f"{run.name} has no per-request records: measured figures are the "
-                     f"file's summary ({run.detail_hint} for per-request ones)")
+        notes.append(f"no per-request records: the measured figures are the file's summary "
+                     f"({run.detail_hint} for per-request ones)")
     predicted = latency_stats(pred)
     server_m, server_p = server_counters(run, ds)
     return Comparison({**measured, **server_m}, {**predicted, **server_p}, pairs, tuple(notes))

@@ -63,7 +63,7 @@ def test_a_sweep_is_read_one_benchmark_at_a_time():
     sync, burst = read_run(f"{V031}:1"), read_run(f"{V031}:2")
     assert (sync.load.kind, sync.load.concurrency) == ("concurrency", 1)
     assert (burst.load.kind, burst.load.request_rate) == ("rate", float("inf"))
-    assert burst.warnings[0] == "benchmark 2 of 3: throughput"
+    assert burst.extras["guidellm_strategy"] == "throughput"
     assert burst.name == "v0.3.1-sweep.json:2"
 
 
@@ -146,3 +146,23 @@ def test_compare_replays_a_guidellm_benchmark():
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "(guidellm, 15 requests)" in text and "mean_ttft" in text
+
+
+def test_compare_all_runs_of_a_sweep():
+    """--all-runs: one row per benchmark with its load; the JSON names each run FILE:N."""
+    base = ["compare", str(V031), "--all-runs", "--model", "llama-3.1-8b", "--gpu", "h100"]
+    result = CliRunner().invoke(app, base + ["--json"])
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.output[result.output.index("["):])
+    assert [(r["run"], r["load"], r["requests"]) for r in runs] == [
+        ("v0.3.1-sweep.json:1", "1 client", 9), ("v0.3.1-sweep.json:2", "all at once", 9),
+        ("v0.3.1-sweep.json:3", "9.997 req/s constant", 9)]
+    assert runs[0]["metrics"]["mean_ttft_s"]["measured"] == pytest.approx(
+        _metric(V031, "time_to_first_token_ms")["mean"] * 1e-3)
+    table = CliRunner().invoke(app, base)
+    assert table.exit_code == 0 and "measured / predicted (error" in table.output
+    plot = CliRunner().invoke(app, base + ["--plot", "x.png"])
+    assert plot.exit_code == 1 and "one run at a time" in plot.output
+    single = CliRunner().invoke(app, ["compare", str(V054), "--all-runs", "--model",
+                                      "llama-3.1-8b", "--gpu", "h100"])
+    assert single.exit_code == 0 and "mean_ttft" in single.output  # one run: the usual table

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from serveplan.cli import app
-from serveplan.runs import detect_tool, read_run
+from serveplan.runs import detect_tool, read_run, run_numbers
 from serveplan.runs._io import split_line
 from serveplan.user_input import UserError
 
@@ -82,6 +82,8 @@ def test_a_file_of_several_runs_names_the_one_to_read(tmp_path):
     assert read_run(f"{path}:1").load.request_rate == 4.0
     with pytest.raises(UserError, match="no run on line 2; the file's runs are on lines 1, 3"):
         read_run(f"{path}:2")
+    assert run_numbers(path) == [1, 3]  # what compare --all-runs goes through
+    assert run_numbers(f"{path}:3") == [] and read_run(f"{path}:3").name == "sweep.jsonl:3"
 
 
 def test_how_files_are_told_apart(tmp_path):

@@ -25,10 +25,11 @@ from .aiperf import JSON_NAME, JSONL_NAME, read_aiperf
 from .genai_perf import DEFAULT_EXPORT, EXPORT_MARKERS, SUFFIX, read_genai_perf
 from .genai_perf import MARKERS as GENAI_PERF_MARKERS
 from .guidellm import DEFAULT_NAME as GUIDELLM_NAME
-from .guidellm import read_guidellm
+from .guidellm import locate as locate_guidellm
+from .guidellm import read_guidellm, report
 from .inference_perf import PER_REQUEST, SUMMARY, read_inference_perf
-from .model import BenchRun, Load, run_from_arrays
-from .sglang import MARKERS, read_sglang
+from .model import BenchRun, Load, describe_load, run_from_arrays
+from .sglang import MARKERS, read_sglang, run_lines
 from .vllm import read_vllm, write_vllm
 from .workload import requests_for
 
@@ -117,6 +118,22 @@ def detect_tool(path: str | Path) -> str:
     return _sniff(path)
 
 
+def run_numbers(path: str | Path, tool: str | None = None) -> list[int]:
+    """The ``N`` of every ``FILE:N`` a file of several runs holds (SGLang lines, GuideLLM
+    benchmarks); empty for a file of one run, or of a tool that writes one per file."""
+    path, line = split_line(path)
+    if line is not None or not path.exists():
+        return []
+    tool = tool or detect_tool(path)
+    if tool == "sglang":
+        numbers = [n for n, _ in run_lines(path)]
+    elif tool == "guidellm":
+        numbers = list(range(1, len(report(locate_guidellm(path))[1]) + 1))
+    else:
+        numbers = []
+    return numbers if len(numbers) > 1 else []
+
+
 def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
     """A benchmark result (file or folder) as a :class:`BenchRun`.
 
@@ -153,6 +170,8 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
     return READERS[tool](path, line)
 
 
-__all__ = ["NUMBERED", "READERS", "BenchRun", "Load", "detect_tool", "read_aiperf",
-           "read_genai_perf", "read_guidellm", "read_inference_perf", "read_run", "read_sglang", "read_vllm", "requests_for",
-           "run_from_arrays", "write_vllm"]
+__all__ = ["NUMBERED", "READERS", "BenchRun", "Load", "describe_load", "detect_tool",
+           "read_aiperf",
+           "read_genai_perf", "read_guidellm", "read_inference_perf", "read_run",
+           "read_sglang", "read_vllm", "requests_for", "run_from_arrays", "run_numbers",
+           "write_vllm"]

@@ -75,7 +75,7 @@ def _yaml_loader():
     return Loader
 
 
-def _report(path: Path) -> tuple[dict, list]:
+def report(path: Path) -> tuple[dict, list]:
     """The report and its benchmarks."""
     where = Where(path)
     if path.suffix in (".yaml", ".yml"):
@@ -302,17 +302,15 @@ def read_guidellm(path: str | Path, number_: int | None = None) -> BenchRun:
     benchmark ``number_`` (from 1)."""
     given = Path(path)
     path = locate(given)
-    data, benchmarks = _report(path)
+    data, benchmarks = report(path)
     i, bench = _choose(path, benchmarks, number_)
     where, field = Where(path), f"benchmarks[{i}]"
     load = _load(bench, where, field)
     records, counts = _records(bench, where, field)
     totals = request_totals(bench)
-    notes = [f"benchmark {i + 1} of {len(benchmarks)}: {label(bench)}"] if len(
-        benchmarks) > 1 else []
     sampled = _sampled(counts, totals)
     arrays = {} if sampled or not records else _arrays(records)
-    notes += [sampled] if sampled else []
+    notes = [sampled] if sampled else []
     if counts["incomplete"] and not sampled:
         notes.append(f"{counts['incomplete']} requests were cut off when the benchmark ended: "
                      "replayed as failures")
@@ -324,4 +322,4 @@ def read_guidellm(path: str | Path, number_: int | None = None) -> BenchRun:
 
 
 __all__ = ["DEFAULT_NAME", "EXPECTED", "STATUSES", "label", "locate", "read_guidellm",
-           "request_totals", "strategy"]
+           "report", "request_totals", "strategy"]

@@ -109,6 +109,20 @@ class Load:
             object.__setattr__(self, "ramp_up", (strategy, float(lo), float(hi)))
 
 
+def describe_load(load: Load) -> str:
+    """A load in a few words: ``4 clients``, ``8 req/s poisson``, ``all at once``."""
+    if load.kind == "concurrency":
+        return f"{load.concurrency} client{'s' if load.concurrency != 1 else ''}"
+    if load.kind == "stages":
+        return f"{len(load.stages)} stages"
+    cap = f", at most {load.concurrency} in flight" if load.concurrency else ""
+    if math.isinf(load.request_rate):
+        return "all at once" + cap
+    if math.isnan(load.request_rate):
+        return "recorded sends" + cap
+    return f"{load.request_rate:.4g} req/s {load.arrival}{cap}"
+
+
 def vllm_tpot(success, output_len, ttft_s, e2e_s) -> np.ndarray:
     """vLLM's TPOT per request (``calculate_metrics``): ``(e2e - ttft) / (output_len - 1)``
     for successful requests with ``output_len > 1``; NaN elsewhere."""
@@ -294,5 +308,5 @@ def run_from_arrays(*, input_len, output_len, ttft_s, e2e_s, success=None, itls=
                     summary=dict(summary or {}))
 
 
-__all__ = ["ARRIVALS", "KINDS", "RAMP_UP", "TOOLS", "BenchRun", "Load", "run_from_arrays",
-           "vllm_tpot"]
+__all__ = ["ARRIVALS", "KINDS", "RAMP_UP", "TOOLS", "BenchRun", "Load", "describe_load",
+           "run_from_arrays", "vllm_tpot"]

@@ -50,7 +50,7 @@ def is_sglang_result(record: dict) -> bool:
     return any(k in record for k in MARKERS)
 
 
-def _runs(path: Path) -> list[tuple[int, dict]]:
+def run_lines(path: Path) -> list[tuple[int, dict]]:
     """``(line, result)`` of every run; a file re-saved as one indented JSON document is
     one run (on line 1)."""
     try:
@@ -67,7 +67,7 @@ def _runs(path: Path) -> list[tuple[int, dict]]:
 
 def _choose(path: Path, line: int | None) -> tuple[int, dict]:
     """The run on ``line`` (1-based, as editors count), or the file's only run."""
-    runs = _runs(path)
+    runs = run_lines(path)
     if line is not None:
         for lineno, rec in runs:
             if lineno == line:
@@ -112,4 +112,4 @@ def read_sglang(path: str | Path, line: int | None = None) -> BenchRun:
     return with_replay_warnings(run)
 
 
-__all__ = ["EXPECTED", "is_sglang_result", "read_sglang"]
+__all__ = ["EXPECTED", "is_sglang_result", "read_sglang", "run_lines"]

@@ -149,8 +149,9 @@ def arrival_notes(run: BenchRun, mode: str = "auto") -> list[str]:
     how = _resolve_mode(run, mode)
     load = run.load
     if how == "closed":
-        return [f"closed loop of {load.concurrency} clients, each sending its next request "
-                "when its previous one finishes (zero think time)"]
+        clients = "one client" if load.concurrency == 1 else f"{load.concurrency} clients"
+        return [f"closed loop of {clients}, each sending its next request when its previous "
+                "one finishes (zero think time)"]
     if how == "recorded":
         return []
     notes = ["no recorded send times: arrivals are the client's schedule drawn from a seed, "
