@@ -172,9 +172,10 @@ def _texts(kind: str, output: object, where: Where, field: str) -> int:
             choice = (json.loads(body).get("choices") or [{}])[0]
         except (json.JSONDecodeError, AttributeError, IndexError, TypeError):
             continue
-        delta = choice.get("delta") or {}
-        text = choice.get("text") or delta.get("content") or delta.get(
-            "reasoning_content") or delta.get("reasoning")
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        delta = delta if isinstance(delta, dict) else {}
+        text = (choice.get("text") if isinstance(choice, dict) else None) or delta.get(
+            "content") or delta.get("reasoning_content") or delta.get("reasoning")
         count += bool(text)
     return count
 
