@@ -198,3 +198,18 @@ def test_compare_replays_a_genai_perf_folder(tmp_path):
     text = " ".join(result.output.split())
     assert "(genai-perf, 3 requests)" in text
     assert "mean_ttft" in text and "x 1.600" in text
+
+
+def test_malformed_stream_events_carry_no_text(tmp_path):
+    """Events that are not chat chunks (a string choice, a string delta, a JSON list) are
+    dropped like the role-only chunk: the first text arrives at 40 ms."""
+    odd = [{"response": 'data: {"choices": ["x"]}\n\n'},
+           {"response": 'data: {"choices": [{"delta": "a"}]}\n\ndata: [1, 2]\n\n'}]
+    req = {"timestamp": T0, "response_timestamps": [T0 + 10 * MS, T0 + 20 * MS,
+                                                   T0 + 40 * MS, T0 + 41 * MS],
+           "response_outputs": [*odd, _sse("a"), DONE]}
+    export = EXPORT | {"experiments": [{"experiment": {"mode": "concurrency", "value": 2},
+                                        "requests": [req]}]}
+    run = read_run(_artifacts(tmp_path, export=export))
+    np.testing.assert_allclose([run.ttft_s[0], run.e2e_s[0]], [0.040, 0.040])
+    assert run.output_len.tolist() == [4]  # one text event, scaled to the summary's 4.0
