@@ -213,3 +213,25 @@ def test_malformed_stream_events_carry_no_text(tmp_path):
     run = read_run(_artifacts(tmp_path, export=export))
     np.testing.assert_allclose([run.ttft_s[0], run.e2e_s[0]], [0.040, 0.040])
     assert run.output_len.tolist() == [4]  # one text event, scaled to the summary's 4.0
+
+
+def test_triton_requests_are_timed_as_genai_perfs_own_test_expects(tmp_path):
+    """perf_analyzer's genai-perf ``test_llm_profile_data_parser.py``, Triton data,
+    experiment 2 (request_rate 2.0): requests sent at 5 and 3 ns with responses at
+    7, 8, 13, 18 and 6, 8, 11 ns. Its expected TTFTs are 7 - 5 = 2 and 6 - 3 = 3 ns and
+    the latencies 13 and 8 ns; the summary's load picks the experiment."""
+    def req(sent, stamps, texts):
+        return {"timestamp": sent, "response_timestamps": stamps,
+                "response_outputs": [{"text_output": t} for t in texts]}
+    export = {"service_kind": "triton", "endpoint": "", "experiments": [
+        {"experiment": {"mode": "concurrency", "value": 10},
+         "requests": [req(1, [3, 5, 8], ["   dogs", "   are", "   cool"])]},
+        {"experiment": {"mode": "request_rate", "value": 2.0},
+         "requests": [req(5, [7, 8, 13, 18], ["   cats", "   are", "   cool", "   too"]),
+                      req(3, [6, 8, 11], ["   it's", "   very", "   simple work"])]}]}
+    config = NESTED | {"perf_analyzer": {"stimulus": {"request_rate": 2.0}}}
+    run = read_run(_artifacts(tmp_path, config=config, export=export))
+    assert (run.load.kind, run.load.request_rate) == ("rate", 2.0)
+    np.testing.assert_allclose(run.send_s, [0.0, 2e-9])
+    np.testing.assert_allclose(run.ttft_s, [3e-9, 2e-9])
+    np.testing.assert_allclose(run.e2e_s, [8e-9, 13e-9])

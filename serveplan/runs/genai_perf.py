@@ -28,14 +28,17 @@ either file, so the reader says what it assumed).
 
 Per request (``experiments[].requests[]``): ``timestamp`` and ``response_timestamps`` in
 ns since the epoch, written window by window in completion order, so they are sorted by
-send time here. As genai-perf does, responses without text (the role-only first chunk,
-``data: [DONE]``, usage-only chunks) are dropped: TTFT is the first text response, E2E
-the last, the gaps those between text responses. genai-perf counts tokens by
+send time here. As genai-perf does (``_preprocess_response``; its first 2024 versions
+still timed TTFT from the role-only chunk), responses without text (the role-only first
+chunk, ``data: [DONE]``, usage-only chunks) are dropped: TTFT is the first text response,
+E2E the last, the gaps those between text responses. genai-perf counts tokens by
 re-tokenizing the texts and keeps only their statistics; without its tokenizer the
 output length is the text-carrying stream events of the request (one token per event,
 as the OpenAI servers of vLLM, SGLang and TensorRT-LLM stream by default), scaled so
 their mean is the summary's ``output_sequence_length``; every prompt is the summary's
-mean ``input_sequence_length`` (``triton_c_api`` records token ids: counted exactly).
+mean ``input_sequence_length`` (``triton_c_api`` records token ids: counted exactly). Only
+OpenAI streams are filtered: a Triton or C-API request ends at its last response, empty
+or not, as genai-perf times it.
 perf_analyzer aborts the run on a failed request and leaves warm-up requests out, so
 every record is a measured request; one that returned no text is counted as failed.
 """
@@ -156,10 +159,12 @@ def _load(s: _Settings) -> tuple[Load, list[str]]:
 # ----------------------------------------------------------------------------- per request
 def _texts(kind: str, output: object, where: Where, field: str) -> int:
     """Stream events of one response that carry text (token ids for ``triton_c_api``)."""
+    if isinstance(output, str):  # (a bare string, as some early exports hold)
+        output = {"response" if kind == "openai" else "text_output": output}
     mapping(output, where, field)
-    if kind == "triton_c_api":
+    if kind == "triton_c_api":  # an id, a list of them, or "" (counted as one)
         ids = output.get("output_ids", "")
-        return len(ids) if isinstance(ids, list) else int(not _unset(ids))
+        return len(ids) if isinstance(ids, list) else 1
     if kind != "openai":
         return int(bool(output.get("text_output")))
     raw = output.get("response", "")
@@ -199,8 +204,9 @@ def _request(kind: str, rec: object, where: Where, field: str) -> _Request:
                           "length")
     counts = [_texts(kind, o, where, f"{field}.response_outputs[{i}]")
               for i, o in enumerate(outputs)]
+    keep = counts if kind == "openai" else [1] * len(counts)  # as genai-perf drops them
     times = [integer(t, where, f"{field}.response_timestamps[{i}]", low=send)
-             for i, (t, c) in enumerate(zip(stamps, counts, strict=True)) if c]
+             for i, (t, k) in enumerate(zip(stamps, keep, strict=True)) if k]
     ids = dig(rec, "request_inputs.input_ids")
     return _Request(send, np.array(times, dtype=np.int64), sum(counts),
                     len(ids) if kind == "triton_c_api" and isinstance(ids, list) else -1)
