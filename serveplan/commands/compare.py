@@ -91,12 +91,13 @@ def _compare_all(result: Path, numbers: list[int], flags: dict) -> None:
         raise UserError("--out / --plot: one run at a time (name it as FILE:N), not with "
                         "--all-runs")
     fmt = flags["fmt"]
-    rows = []
+    rows, deployments = [], {}
     for n in numbers:
         run = read_run(f"{result}:{n}", fmt.value if fmt else None)
-        resolved = F.run_deployment(run.model, result, flags, flags["set_"])
+        if run.model not in deployments:  # (the runs of one file name one model, mostly)
+            deployments[run.model] = F.run_deployment(run.model, result, flags, flags["set_"])
         rows.append((run.name, describe_load(run.load), run.n,
-                     compare_run(run, resolved, flags["seed"]).as_dict()))
+                     compare_run(run, deployments[run.model], flags["seed"]).as_dict()))
     if flags["as_json"]:
         typer.echo(json.dumps([{"run": r, "load": load, "requests": n, **d}
                                for r, load, n, d in rows], indent=2))

@@ -74,8 +74,8 @@ def _sniff(path: Path) -> str:
         raise UserError(f"{path}: empty file; {UNKNOWN}")
     if head.lstrip().startswith("[") and _has_key(head, ("start_time",)):
         return "inference-perf"
-    if _has_key(head, ("benchmarks",)) and _has_key(head, ("type_",)) or (
-            path.suffix in (".yaml", ".yml") and _YAML_BENCHMARKS.search(head)):
+    json_report = _has_key(head, ("benchmarks",)) and _has_key(head, ("type_",))
+    if json_report or (path.suffix in (".yaml", ".yml") and _YAML_BENCHMARKS.search(head)):
         return "guidellm"
     if _has_key(head, ("unit",)) and _has_key(head, ("avg",)):
         genai = _has_key(head, GENAI_PERF_MARKERS) and not _has_key(head, _AIPERF_KEYS)
@@ -171,7 +171,6 @@ def read_run(path: str | Path, tool: str | None = None) -> BenchRun:
 
 
 __all__ = ["NUMBERED", "READERS", "BenchRun", "Load", "describe_load", "detect_tool",
-           "read_aiperf",
-           "read_genai_perf", "read_guidellm", "read_inference_perf", "read_run",
-           "read_sglang", "read_vllm", "requests_for", "run_from_arrays", "run_numbers",
-           "write_vllm"]
+           "read_aiperf", "read_genai_perf", "read_guidellm", "read_inference_perf",
+           "read_run", "read_sglang", "read_vllm", "requests_for", "run_from_arrays",
+           "run_numbers", "write_vllm"]
