@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from serveplan.runs import (
     run_from_arrays,
     write_vllm,
 )
+from serveplan.runs._io import Where, num_list
 from serveplan.sim.arrivals import InferencePerfArrivals, PoissonArrivals, VllmBenchArrivals
 from serveplan.user_input import UserError
 
@@ -381,3 +383,22 @@ def test_replayed_schedule_keeps_the_clients_concurrency_cap(vllm_run):
     assert (req.max_concurrency, req.concurrency) == (2, None)
     assert_same(req.arrival_s, VllmBenchArrivals(4.0, 1.0).sample(6, 4))
     assert requests_for(vllm_run, seed=4, arrivals="schedule").max_concurrency is None
+
+
+@pytest.mark.parametrize(("values", "null_ok", "bad"), [
+    ([0.5, True, 1.0], False, "gaps[1]: expected a number, got bool True"),
+    ([0.5, "0.1"], False, "gaps[1]: expected a number, got str '0.1'"),
+    ([0.5, None], False, "gaps[1]: expected a number, got NoneType None"),
+    ([[0.5]], True, "gaps[0]: expected a number, got list [0.5]"),
+])
+def test_number_lists_name_their_first_bad_entry(values, null_ok, bad):
+    with pytest.raises(UserError, match=re.escape(f"run.json: {bad}")):
+        num_list(values, Where(Path("run.json")), "gaps", null_ok=null_ok)
+
+
+def test_number_lists_keep_ints_floats_and_allowed_nulls():
+    where = Where(Path("run.json"))
+    assert num_list([1, 2.5, 10**20], where, "gaps").tolist() == [1.0, 2.5, 1e20]
+    assert num_list([], where, "gaps").dtype == np.float64
+    got = num_list([0.25, None], where, "gaps", null_ok=True)
+    assert got[0] == 0.25 and np.isnan(got[1])
