@@ -136,6 +136,8 @@ def test_triton_c_api_token_ids_are_counted_exactly(tmp_path):
     assert (run.load.kind, run.load.request_rate, run.load.arrival) == (
         "rate", 2.0, "constant")
     assert not any("x " in w for w in run.warnings)
+    # the recorded send is replayed, so the constant law assumed for the label is no note
+    assert DISTRIBUTION_NOTE not in run.warnings
 
 
 def test_a_flat_summary_alone_replays_its_rate_as_constant_gaps(tmp_path):

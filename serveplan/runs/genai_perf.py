@@ -24,7 +24,8 @@ request).
 
 Load: a concurrency is a closed loop; a request rate is perf_analyzer's default *constant*
 distribution (a ``-- --request-distribution poisson`` pass-through leaves no trace in
-either file, so the reader says what it assumed).
+either file). With the export the replay sends at its recorded times, so the law does not
+matter; a summary alone is replayed at constant gaps and the reader says so.
 
 Per request (``experiments[].requests[]``): ``timestamp`` and ``response_timestamps`` in
 ns since the epoch, written window by window in completion order, so they are sorted by
@@ -145,12 +146,14 @@ def settings(config: dict, where: Where) -> _Settings:
         else _flat(config, where)
 
 
-def _load(s: _Settings) -> tuple[Load, list[str]]:
+def _load(s: _Settings, recorded: bool) -> tuple[Load, list[str]]:
+    """The run's load and its notes; ``recorded``: the export's send times are replayed,
+    so the assumed rate law is only a label and needs no note."""
     if s.concurrency is not None:
         return Load("concurrency", concurrency=s.concurrency, seed=s.seed), []
     if s.request_rate is not None:
         return Load("rate", s.request_rate, arrival="constant", seed=s.seed), \
-            [DISTRIBUTION_NOTE]
+            [] if recorded else [DISTRIBUTION_NOTE]
     what = s.other_stimulus or "neither a concurrency nor a request rate"
     return Load("rate", math.nan, arrival="trace", seed=s.seed), [
         f"load: {what} recorded: the replay uses the recorded send times"]
@@ -247,7 +250,7 @@ def _read_requests(path: Path, s: _Settings | None) -> tuple[dict, str, _Setting
     where = Where(path)
     data = mapping(load_json(path, EXPECTED_EXPORT), where, "top level")
     kind = data.get("service_kind") or "openai"
-    i, run = _experiment(data, None if s is None else _load(s)[0], where)
+    i, run = _experiment(data, None if s is None else _load(s, recorded=True)[0], where)
     s = s if s is not None else _from_experiment(run, where, f"experiments[{i}]")
     recs = require(run, "requests", where, f"experiments[{i}].")
     if not isinstance(recs, list) or not recs:
@@ -366,7 +369,7 @@ def read_genai_perf(path: str | Path) -> BenchRun:
         notes += _lengths(arrays, kind, summary, export)
     else:
         notes += _count(summary, s, summary_path)
-    load, more = _load(s)
+    load, more = _load(s, recorded=export is not None)
     notes = more + notes
     extras = {} if s.output_mean is None else {"requested_output_len": round(s.output_mean)}
     run = BenchRun(path=path, tool="genai-perf", model=s.model, load=load, **arrays,
