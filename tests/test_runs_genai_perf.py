@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from serveplan.cli import app
 from serveplan.runs import detect_tool, read_run
-from serveplan.runs.genai_perf import DISTRIBUTION_NOTE
+from serveplan.runs.genai_perf import DISTRIBUTION_NOTE, rate_law
 from serveplan.user_input import UserError
 
 T0 = 1_718_000_000_000_000_000  # ns since the epoch
@@ -136,8 +136,7 @@ def test_triton_c_api_token_ids_are_counted_exactly(tmp_path):
     assert (run.load.kind, run.load.request_rate, run.load.arrival) == (
         "rate", 2.0, "constant")
     assert not any("x " in w for w in run.warnings)
-    # the recorded send is replayed, so the constant law assumed for the label is no note
-    assert DISTRIBUTION_NOTE not in run.warnings
+    assert DISTRIBUTION_NOTE in run.warnings  # one send cannot show the rate's law
 
 
 def test_a_flat_summary_alone_replays_its_rate_as_constant_gaps(tmp_path):
@@ -149,6 +148,36 @@ def test_a_flat_summary_alone_replays_its_rate_as_constant_gaps(tmp_path):
         "rate", 5.0, "constant", 7)
     assert run.extras["requested_output_len"] == 128
     assert DISTRIBUTION_NOTE in run.warnings
+
+
+def test_the_rate_law_is_read_from_the_recorded_send_gaps():
+    """Coefficient of variation of the gaps, by hand: evenly spaced sends have 0 (perf_analyzer
+    constant); gaps alternating 0.1 and 1.9 s have mean 1 and std 0.9 (over 0.5: Poisson);
+    alternating 0.8 and 1.2 s have std 0.2 (constant, a jittered schedule). Twenty sends
+    (19 gaps) are too few to tell."""
+    even = np.arange(21) * 0.2
+    alternating = np.concatenate([[0.0], np.cumsum(np.tile([0.1, 1.9], 10))])
+    jittered = np.concatenate([[0.0], np.cumsum(np.tile([0.8, 1.2], 10))])
+    assert (rate_law(even), rate_law(alternating), rate_law(jittered)) == (
+        "constant", "poisson", "constant")
+    assert rate_law(even[:20]) is None and rate_law(None) is None
+    assert rate_law(np.zeros(30)) is None  # a burst at one instant has no rate law
+
+
+def test_a_rate_exports_sends_name_its_law_and_need_no_assumption(tmp_path):
+    """A pass-through --request-distribution poisson leaves no trace in the settings, but
+    its exponential send gaps do: the export's 41 sends label the load Poisson."""
+    gaps_ns = (np.random.default_rng(3).exponential(0.2, 40) * 1e9).astype(np.int64)
+    sends = T0 + np.concatenate([[0], np.cumsum(gaps_ns)])
+    reqs = [{"timestamp": int(t), "request_inputs": {"input_ids": [1, 2]},
+             "response_timestamps": [int(t) + 20 * MS], "response_outputs": [
+                 {"output_ids": [5]}]} for t in sends]
+    export = {"experiments": [{"experiment": {"mode": "request_rate", "value": 5.0},
+                               "requests": reqs, "window_boundaries": []}],
+              "service_kind": "triton_c_api", "endpoint": ""}
+    run = read_run(_write(tmp_path / "profile_export.json", export))
+    assert (run.n, run.load.request_rate, run.load.arrival) == (41, 5.0, "poisson")
+    assert DISTRIBUTION_NOTE not in run.warnings
 
 
 def test_an_interval_run_without_its_export_names_what_is_missing(tmp_path):

@@ -24,8 +24,9 @@ request).
 
 Load: a concurrency is a closed loop; a request rate is perf_analyzer's default *constant*
 distribution (a ``-- --request-distribution poisson`` pass-through leaves no trace in
-either file). With the export the replay sends at its recorded times, so the law does not
-matter; a summary alone is replayed at constant gaps and the reader says so.
+either file). With the export the law is read from the recorded send gaps (their
+coefficient of variation, :func:`rate_law`) and the replay sends at the recorded times; a
+summary alone is replayed at constant gaps and the reader says it assumed them.
 
 Per request (``experiments[].requests[]``): ``timestamp`` and ``response_timestamps`` in
 ns since the epoch, written window by window in completion order, so they are sorted by
@@ -70,6 +71,10 @@ MARKERS = ("measurement_interval", "perf_analyzer", "formatted_model_name",
 EXPORT_MARKERS = ("experiments", "window_boundaries")
 DISTRIBUTION_NOTE = ("request rate: perf_analyzer's default constant distribution assumed "
                      "(a pass-through --request-distribution is not recorded)")
+MIN_GAPS_FOR_LAW = 20
+"""Sends needed before the recorded gaps name the rate's law (:func:`rate_law`)."""
+POISSON_MIN_CV = 0.5
+"""Gap coefficient of variation above which a rate's sends are read as Poisson."""
 
 
 class _Settings(NamedTuple):
@@ -146,14 +151,29 @@ def settings(config: dict, where: Where) -> _Settings:
         else _flat(config, where)
 
 
-def _load(s: _Settings, recorded: bool) -> tuple[Load, list[str]]:
-    """The run's load and its notes; ``recorded``: the export's send times are replayed,
-    so the assumed rate law is only a label and needs no note."""
+def rate_law(send_s: np.ndarray | None) -> str | None:
+    """``poisson`` or ``constant`` as the recorded send gaps show it (their coefficient of
+    variation: about 1 for exponential gaps, near 0 for perf_analyzer's evenly spaced
+    schedule, :data:`POISSON_MIN_CV` between); ``None`` with too few sends to tell."""
+    if send_s is None or len(send_s) <= MIN_GAPS_FOR_LAW:
+        return None
+    gaps = np.diff(np.sort(send_s))
+    mean = float(gaps.mean())
+    if mean <= 0:
+        return None
+    return "poisson" if float(gaps.std()) / mean > POISSON_MIN_CV else "constant"
+
+
+def _load(s: _Settings, send_s: np.ndarray | None = None) -> tuple[Load, list[str]]:
+    """The run's load and its notes. A request rate's law is read from the export's
+    recorded sends (``send_s``, which the replay then uses); a summary alone is assumed to
+    have perf_analyzer's default, the constant law, and says so."""
     if s.concurrency is not None:
         return Load("concurrency", concurrency=s.concurrency, seed=s.seed), []
     if s.request_rate is not None:
-        return Load("rate", s.request_rate, arrival="constant", seed=s.seed), \
-            [] if recorded else [DISTRIBUTION_NOTE]
+        law = rate_law(send_s)
+        return Load("rate", s.request_rate, arrival=law or "constant", seed=s.seed), \
+            [] if law else [DISTRIBUTION_NOTE]
     what = s.other_stimulus or "neither a concurrency nor a request rate"
     return Load("rate", math.nan, arrival="trace", seed=s.seed), [
         f"load: {what} recorded: the replay uses the recorded send times"]
@@ -250,7 +270,7 @@ def _read_requests(path: Path, s: _Settings | None) -> tuple[dict, str, _Setting
     where = Where(path)
     data = mapping(load_json(path, EXPECTED_EXPORT), where, "top level")
     kind = data.get("service_kind") or "openai"
-    i, run = _experiment(data, None if s is None else _load(s, recorded=True)[0], where)
+    i, run = _experiment(data, None if s is None else _load(s)[0], where)
     s = s if s is not None else _from_experiment(run, where, f"experiments[{i}]")
     recs = require(run, "requests", where, f"experiments[{i}].")
     if not isinstance(recs, list) or not recs:
@@ -369,7 +389,7 @@ def read_genai_perf(path: str | Path) -> BenchRun:
         notes += _lengths(arrays, kind, summary, export)
     else:
         notes += _count(summary, s, summary_path)
-    load, more = _load(s, recorded=export is not None)
+    load, more = _load(s, arrays.get("send_s"))
     notes = more + notes
     extras = {} if s.output_mean is None else {"requested_output_len": round(s.output_mean)}
     run = BenchRun(path=path, tool="genai-perf", model=s.model, load=load, **arrays,
@@ -378,4 +398,4 @@ def read_genai_perf(path: str | Path) -> BenchRun:
 
 
 __all__ = ["DEFAULT_EXPORT", "EXPORT_MARKERS", "MARKERS", "SUFFIX", "locate",
-           "read_genai_perf", "settings"]
+           "rate_law", "read_genai_perf", "settings"]
