@@ -72,7 +72,7 @@ EXPORT_MARKERS = ("experiments", "window_boundaries")
 DISTRIBUTION_NOTE = ("request rate: perf_analyzer's default constant distribution assumed "
                      "(a pass-through --request-distribution is not recorded)")
 MIN_GAPS_FOR_LAW = 20
-"""Sends needed before the recorded gaps name the rate's law (:func:`rate_law`)."""
+"""Send gaps needed (one fewer than sends) before they name the rate's law (:func:`rate_law`)."""
 POISSON_MIN_CV = 0.5
 """Gap coefficient of variation above which a rate's sends are read as Poisson."""
 
