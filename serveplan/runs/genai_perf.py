@@ -154,10 +154,11 @@ def settings(config: dict, where: Where) -> _Settings:
 def rate_law(send_s: np.ndarray | None) -> str | None:
     """``poisson`` or ``constant`` as the recorded send gaps show it (their coefficient of
     variation: about 1 for exponential gaps, near 0 for perf_analyzer's evenly spaced
-    schedule, :data:`POISSON_MIN_CV` between); ``None`` with too few sends to tell."""
+    schedule, :data:`POISSON_MIN_CV` between); ``None`` with too few sends to tell.
+    ``send_s`` is in send order, as a :class:`BenchRun`'s is."""
     if send_s is None or len(send_s) <= MIN_GAPS_FOR_LAW:
         return None
-    gaps = np.diff(np.sort(send_s))
+    gaps = np.diff(send_s)
     mean = float(gaps.mean())
     if mean <= 0:
         return None
