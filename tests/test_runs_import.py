@@ -402,3 +402,67 @@ def test_number_lists_keep_ints_floats_and_allowed_nulls():
     assert num_list([], where, "gaps").dtype == np.float64
     got = num_list([0.25, None], where, "gaps", null_ok=True)
     assert got[0] == 0.25 and np.isnan(got[1])
+
+
+# ----------------------------------------------------------------------------- impossible values
+def _set(obj, path: tuple, value):
+    for key in path[:-1]:
+        obj = obj[key]
+    obj[path[-1]] = value
+
+
+def _jsonl_set(text: str, line: int, path: tuple, value) -> str:
+    lines = text.splitlines()
+    record = json.loads(lines[line - 1])
+    _set(record, path, value)
+    lines[line - 1] = json.dumps(record)
+    return "\n".join(lines) + "\n"
+
+
+TOO_LONG = "expected an integer <= 16,777,216 (the longest request serveplan simulates)"
+IMPOSSIBLE = [  # (fixture, file in it, where to write, value, expected message part)
+    ("vllm_detailed.json", None, ("output_lens", 1), 2**63 + 5, f"output_lens[1]: {TOO_LONG}"),
+    ("vllm_detailed.json", None, ("output_lens", 0), 10**12, f"output_lens[0]: {TOO_LONG}"),
+    ("vllm_detailed.json", None, ("input_lens", 2), -3, "input_lens[2]: expected an integer >= 0"),
+    ("vllm_detailed.json", None, ("ttfts", 2), -0.1,
+     "ttfts[2]: expected a finite number >= 0, got float -0.1"),
+    ("vllm_detailed.json", None, ("itls", 1, 0), math.nan, "itls[1][0]: expected a finite number"),
+    ("vllm_detailed.json", None, ("latencies", 0), math.inf, "latencies[0]: expected a finite"),
+    ("vllm_detailed.json", None, ("start_times", 1), math.nan, "start_times[1]: expected a finite"),
+    ("aiperf", "profile_export.jsonl", (2, "metrics", "time_to_first_token", "value"), -5.0,
+     "line 2: metrics.time_to_first_token.value: expected a finite number >= 0"),
+    ("aiperf", "profile_export.jsonl", (3, "metrics", "input_sequence_length", "value"), 2**40,
+     f"line 3: metrics.input_sequence_length.value: {TOO_LONG}"),
+    ("inference_perf", "per_request_lifecycle_metrics.json", (1, "end_time"), math.inf,
+     "[1].end_time: expected a finite number"),
+    ("inference_perf", "per_request_lifecycle_metrics.json",
+     (0, "info", "response_metrics", "server_usage", "completion_tokens"), 2**30,
+     f"[0].info.output_tokens: {TOO_LONG}"),
+    ("guidellm/v0.5.4-constant.json", None,
+     ("benchmarks", 0, "requests", "successful", 0, "output_tokens"), 2**25,
+     f"benchmarks[0].requests.successful[0].output_tokens: {TOO_LONG}"),
+]
+
+
+@pytest.mark.parametrize(("fixture", "name", "path", "value", "part"), IMPOSSIBLE,
+                         ids=[f"{f}:{p[-1]}" for f, _, p, _, _ in IMPOSSIBLE])
+def test_impossible_values_are_refused_by_name(tmp_path, fixture, name, path, value, part):
+    """Counts beyond what any request holds (or int64), negative or non-finite times: one
+    error naming the file, line and field, never a traceback or a replay of nonsense."""
+    src = DATA / fixture
+    if src.is_dir():
+        shutil.copytree(src, tmp_path / src.name)
+        target, edited = tmp_path / src.name, tmp_path / src.name / name
+    else:
+        target = edited = tmp_path / src.name
+        shutil.copy(src, target)
+    if edited.suffix == ".jsonl":
+        edited.write_text(_jsonl_set(edited.read_text(), path[0], path[1:], value))
+    else:
+        data = json.loads(edited.read_text())
+        _set(data, path, value)
+        edited.write_text(json.dumps(data))
+    with pytest.raises(UserError) as info:
+        read_run(target)
+    message = str(info.value)
+    assert part in message and edited.name in message and "\n" not in message

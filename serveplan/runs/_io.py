@@ -17,6 +17,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from serveplan.config_bounds import MAX_TOKENS
 from serveplan.user_input import (
     UserError,
     check_text_file,
@@ -162,9 +163,20 @@ def number(value: object, where: Where, field: str, *, null_ok: bool = False) ->
     return float(value)
 
 
+def finite(value: object, where: Where, field: str, *, low: float | None = None,
+           null_ok: bool = False) -> float | None:
+    """A finite JSON number (``>= low`` where given) as ``float``; ``None`` if null_ok."""
+    x = number(value, where, field, null_ok=null_ok)
+    if x is not None and not (math.isfinite(x) and (low is None or x >= low)):
+        want = "a finite number" if low is None else f"a finite number >= {low:g}"
+        where.fail(field, f"expected {want}, got {_describe(value)}")
+    return x
+
+
 def integer(value: object, where: Where, field: str, *, low: int | None = None,
-            null_ok: bool = False) -> int | None:
-    """A JSON integer (an integral float or a numeric string from ``--metadata`` too)."""
+            high: int | None = None, null_ok: bool = False) -> int | None:
+    """A JSON integer (an integral float or a numeric string from ``--metadata`` too),
+    within ``[low, high]`` where given."""
     if value is None and null_ok:
         return None
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
@@ -174,8 +186,26 @@ def integer(value: object, where: Where, field: str, *, low: int | None = None,
     if not isinstance(value, int) or isinstance(value, bool):
         where.fail(field, f"expected an integer, got {_describe(value)}")
     if low is not None and value < low:
-        where.fail(field, f"expected an integer >= {low}, got {value}")
+        where.fail(field, f"expected an integer >= {low}, got {value:.4g}")
+    high = _INT64.max if high is None else min(high, _INT64.max)
+    if value > high:
+        where.fail(field, _too_large(value, high))
+    if value < _INT64.min:
+        where.fail(field, f"expected an integer >= {_INT64.min:,}, got {value:.4g}")
     return value
+
+
+_INT64 = np.iinfo(np.int64)
+
+
+def _too_large(value: int, high: int) -> str:
+    why = " (the longest request serveplan simulates)" if high == MAX_TOKENS else ""
+    return f"expected an integer <= {high:,}{why}, got {value:.4g}"
+
+
+def tokens(value: object, where: Where, field: str, *, null_ok: bool = False) -> int | None:
+    """A request's token count: an integer from 0 to :data:`MAX_TOKENS`."""
+    return integer(value, where, field, low=0, high=MAX_TOKENS, null_ok=null_ok)
 
 
 def text(value: object, where: Where, field: str, *, null_ok: bool = True) -> str | None:
@@ -186,29 +216,60 @@ def text(value: object, where: Where, field: str, *, null_ok: bool = True) -> st
     return value
 
 
-def num_list(value: object, where: Where, field: str, *, null_ok: bool = False) -> np.ndarray:
-    """A JSON list of numbers as ``float64`` (``null`` entries as NaN if ``null_ok``)."""
+def num_list(value: object, where: Where, field: str, *, null_ok: bool = False,
+             low: float | None = None) -> np.ndarray:
+    """A JSON list of finite numbers (``>= low`` where given) as ``float64`` (``null``
+    entries as NaN if ``null_ok``)."""
     if not isinstance(value, list):
         where.fail(field, f"expected a list of numbers, got {_describe(value)}")
     kinds = set(map(type, value))  # one C-speed pass: runs hold ~10^5 inter-token gaps
-    if kinds <= _NUMBER_TYPES:
-        return np.array(value, dtype=np.float64)
-    for i, v in enumerate(value):
-        if not (_is_number(v) or (v is None and null_ok)):
-            where.fail(f"{field}[{i}]", f"expected a number, got {_describe(v)}")
-    return np.array([np.nan if v is None else v for v in value], dtype=np.float64)
+    if not kinds <= _NUMBER_TYPES:
+        for i, v in enumerate(value):
+            if not (_is_number(v) or (v is None and null_ok)):
+                where.fail(f"{field}[{i}]", f"expected a number, got {_describe(v)}")
+    nulls = type(None) in kinds
+    given = [v for v in value if v is not None] if nulls else value
+    try:
+        a = np.array(given, dtype=np.float64)
+    except OverflowError:  # an integer beyond float64
+        a = np.array([math.inf], dtype=np.float64)
+    bad = ~np.isfinite(a) if low is None else ~(np.isfinite(a) & (a >= low))
+    if bad.any():
+        i = _index_of(value, int(np.argmax(bad)))
+        want = "a finite number" if low is None else f"a finite number >= {low:g}"
+        where.fail(f"{field}[{i}]", f"expected {want}, got {_describe(value[i])}")
+    if nulls:
+        return np.array([np.nan if v is None else v for v in value], dtype=np.float64)
+    return a
 
 
-def int_list(value: object, where: Where, field: str) -> np.ndarray:
-    """A JSON list of integers as ``int64``."""
+def _index_of(value: list, k: int) -> int:
+    """The index in ``value`` of its ``k``-th non-null entry."""
+    return [i for i, v in enumerate(value) if v is not None][k]
+
+
+def int_list(value: object, where: Where, field: str, *, low: int | None = None,
+             high: int | None = None) -> np.ndarray:
+    """A JSON list of integers within ``[low, high]`` (where given) as ``int64``."""
     if not isinstance(value, list):
         where.fail(field, f"expected a list of integers, got {_describe(value)}")
+    low = _INT64.min if low is None else max(low, _INT64.min)  # int64 whatever the bounds
+    high = _INT64.max if high is None else min(high, _INT64.max)
     for i, v in enumerate(value):
         ok = (isinstance(v, int) and not isinstance(v, bool)) or (
             isinstance(v, float) and v.is_integer())
         if not ok:
             where.fail(f"{field}[{i}]", f"expected an integer, got {_describe(v)}")
+        if v < low:
+            where.fail(f"{field}[{i}]", f"expected an integer >= {low:,}, got {v:.4g}")
+        if v > high:
+            where.fail(f"{field}[{i}]", _too_large(v, high))
     return np.array(value, dtype=np.int64) if value else np.zeros(0, dtype=np.int64)
+
+
+def token_list(value: object, where: Where, field: str) -> np.ndarray:
+    """A JSON list of per-request token counts (0 to :data:`MAX_TOKENS`) as ``int64``."""
+    return int_list(value, where, field, low=0, high=MAX_TOKENS)
 
 
 def seconds_per(unit: object, where: Where, field: str) -> float:

@@ -40,6 +40,7 @@ from serveplan.user_input import UserError
 from ._io import (
     Where,
     dig,
+    finite,
     integer,
     iter_jsonl,
     load_json,
@@ -50,6 +51,7 @@ from ._io import (
     require,
     seconds_per,
     stat_name,
+    tokens,
 )
 from .model import BenchRun, Load
 from .workload import with_replay_warnings
@@ -100,7 +102,7 @@ def _count(metrics: dict, names: tuple[str, ...], where: Where, *, required: boo
         if required:
             where.fail(field, "missing")
         return -1
-    return integer(value, where, field + ".value", low=0)
+    return tokens(value, where, field + ".value")
 
 
 def _seconds(metrics: dict, names: tuple[str, ...], where: Where, *, required: bool) -> float:
@@ -109,7 +111,8 @@ def _seconds(metrics: dict, names: tuple[str, ...], where: Where, *, required: b
         if required:
             where.fail(field, "missing")
         return math.nan
-    return number(value, where, field + ".value") * seconds_per(unit, where, field + ".unit")
+    return finite(value, where, field + ".value", low=0) * seconds_per(unit, where,
+                                                                      field + ".unit")
 
 
 def _output_len(metrics: dict, where: Where) -> int:

@@ -47,7 +47,7 @@ import numpy as np
 
 from serveplan.user_input import UserError
 
-from ._io import Where, dig, integer, load_json, load_yaml, mapping, number
+from ._io import Where, dig, finite, integer, load_json, load_yaml, mapping, number, tokens
 from .model import BenchRun, Load
 from .workload import with_replay_warnings
 
@@ -177,7 +177,7 @@ class _Record(NamedTuple):
 
 def _time(value: object, where: Where, field: str) -> float:
     """An epoch time; NaN for null or GuideLLM's -1 (not reached)."""
-    t = number(value, where, field, null_ok=True)
+    t = finite(value, where, field, null_ok=True)
     return math.nan if t is None or t < 0 else t
 
 
@@ -193,11 +193,11 @@ def _record(rec: object, ok: bool, where: Where, field: str) -> _Record | None:
     start, end, first = (_time(sub.get(k), where, prefix + k) for k in keys)
     if math.isnan(start):
         return None
-    tokens = [integer(rec.get(k), where, f"{field}.{k}", low=0, null_ok=True)
+    counts = [tokens(rec.get(k), where, f"{field}.{k}", null_ok=True)
               for k in ("prompt_tokens", "output_tokens")]
     ok = ok and not (math.isnan(first) or math.isnan(end))
-    return _Record(start, end, first, ok, -1 if tokens[0] is None else tokens[0],
-                   tokens[1] if ok and tokens[1] is not None else -1)
+    return _Record(start, end, first, ok, -1 if counts[0] is None else counts[0],
+                   counts[1] if ok and counts[1] is not None else -1)
 
 
 def request_totals(bench: dict) -> dict | None:

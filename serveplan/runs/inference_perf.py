@@ -40,6 +40,7 @@ from serveplan.user_input import UserError
 from ._io import (
     Where,
     dig,
+    finite,
     integer,
     load_json,
     load_yaml,
@@ -49,6 +50,7 @@ from ._io import (
     ragged,
     require,
     stat_name,
+    tokens,
 )
 from .model import BenchRun, Load
 from .workload import with_replay_warnings
@@ -125,23 +127,23 @@ def _entry(e: object, where: Where, i: int) -> tuple:
     """``(start, end, ok, input, output, ttft, gaps, cached)`` of one per-request entry."""
     f = f"[{i}]"
     e = mapping(e, where, f)
-    start = number(require(e, "start_time", where, f + "."), where, f + ".start_time")
-    end = number(require(e, "end_time", where, f + "."), where, f + ".end_time")
+    start = finite(require(e, "start_time", where, f + "."), where, f + ".start_time")
+    end = finite(require(e, "end_time", where, f + "."), where, f + ".end_time")
     info = mapping(e.get("info") or {}, where, f + ".info")
     isl = dig(info, "request_metrics.text.input_tokens")
     isl = info.get("input_tokens") if isl is None else isl
-    isl = -1 if isl is None else integer(isl, where, f + ".info.input_tokens", low=0)
+    isl = -1 if isl is None else tokens(isl, where, f + ".info.input_tokens")
     if e.get("error") is not None:
         return start, end, False, isl, -1, math.nan, np.zeros(0), -1
     rm = info.get("response_metrics")
     rm = mapping(info if rm is None else rm, where, f + ".info.response_metrics")
     usage = mapping(rm.get("server_usage") or {}, where, f + ".info.response_metrics.server_usage")
     osl = usage.get("completion_tokens", rm.get("output_tokens"))
-    osl = -1 if osl is None else integer(osl, where, f + ".info.output_tokens", low=0)
+    osl = -1 if osl is None else tokens(osl, where, f + ".info.output_tokens")
     times = num_list(rm.get("output_token_times") or [], where, f + ".info.output_token_times")
     ttft = times[0] - start if len(times) else math.nan
     cached = dig(usage, "prompt_tokens_details.cached_tokens")
-    cached = -1 if cached is None else integer(cached, where, f + ".info.cached_tokens", low=0)
+    cached = -1 if cached is None else tokens(cached, where, f + ".info.cached_tokens")
     return start, end, True, isl, osl, ttft, np.diff(times), cached
 
 

@@ -42,7 +42,6 @@ from serveplan.user_input import UserError
 
 from ._io import (
     Where,
-    int_list,
     integer,
     json_problem,
     mapping,
@@ -51,6 +50,7 @@ from ._io import (
     ragged,
     read_text,
     text,
+    token_list,
 )
 from .model import BenchRun, Load
 from .workload import with_replay_warnings
@@ -121,10 +121,14 @@ def _itls(value: object, n: int, where: Where) -> list[np.ndarray]:
         where.fail("itls", f"expected a list of lists of seconds, got {type(value).__name__}")
     if len(value) != n:
         where.fail("itls", f"has {len(value)} entries but input_lens has {n}")
-    return [num_list(v, where, f"itls[{i}]") for i, v in enumerate(value)]
+    return [num_list(v, where, f"itls[{i}]", low=0) for i, v in enumerate(value)]
 
 
-def _column(data: dict, key: str, n: int, where: Where, kind=num_list) -> np.ndarray | None:
+def _seconds(value: object, where: Where, field: str) -> np.ndarray:
+    return num_list(value, where, field, low=0)
+
+
+def _column(data: dict, key: str, n: int, where: Where, kind=_seconds) -> np.ndarray | None:
     if key not in data:
         return None
     values = kind(data[key], where, key)
@@ -159,9 +163,9 @@ def bench_serve_requests(data: dict, where: Where, no_latencies: str = NO_LATENC
         if key not in data:
             where.fail(key, f"missing (the file has {', '.join(present)}: written with "
                             "--save-detailed?)")
-    inputs = int_list(data["input_lens"], where, "input_lens")
+    inputs = token_list(data["input_lens"], where, "input_lens")
     n, notes = len(inputs), []
-    outputs = _column(data, "output_lens", n, where, int_list)
+    outputs = _column(data, "output_lens", n, where, token_list)
     ttft = _column(data, "ttfts", n, where)
     itls = _itls(data["itls"], n, where)
     ok = ~((ttft == 0) & (outputs == 0))  # neither a first token nor output: failed
@@ -176,7 +180,7 @@ def bench_serve_requests(data: dict, where: Where, no_latencies: str = NO_LATENC
         e2e = ttft + np.array([g.sum() for g in itls])
         if no_latencies:
             notes.append(no_latencies)
-    send = _column(data, "start_times", n, where)
+    send = _column(data, "start_times", n, where, num_list)
     completed = data.get("completed")
     if isinstance(completed, int) and completed != int(ok.sum()):
         notes.append(f"completed = {completed} but {int(ok.sum())} requests have no error")
@@ -231,7 +235,7 @@ def _extras(data: dict, where: Where) -> dict:
     out = {k: data[k] for k in _EXTRAS if data.get(k) is not None}
     out.update({k: v for k, v in data.items() if k.startswith(("spec_decode_", "diffusion_"))})
     if "queue_times" in data and isinstance(data["queue_times"], list):
-        out["client_queue_s"] = num_list(data["queue_times"], where, "queue_times")
+        out["client_queue_s"] = num_list(data["queue_times"], where, "queue_times", low=0)
     return out
 
 
