@@ -220,7 +220,8 @@ def compare_run(run: BenchRun, resolved, seed: int = 0) -> Comparison:
     """Replay ``run`` on ``resolved`` and compare (module docstring)."""
     ds = replay(run, resolved, seed)
     pred, equal = simulated_latencies(ds, from_first_send=run.send_s is not None)
-    notes = list(run.warnings)
+    notes = list(run.warnings) + length_notes(ds, min(p.params.max_model_len
+                                                      for p in resolved.pools))
     if equal:
         notes.append(f"{equal} of {int(pred.success.sum())} predicted requests have equal "
                      "inter-token gaps (the step series could not place their tokens)")
@@ -234,6 +235,28 @@ def compare_run(run: BenchRun, resolved, seed: int = 0) -> Comparison:
     predicted = latency_stats(pred)
     server_m, server_p = server_counters(run, ds)
     return Comparison({**measured, **server_m}, {**predicted, **server_p}, pairs, tuple(notes))
+
+
+def length_notes(ds: xr.Dataset, max_model_len: int) -> list[str]:
+    """What the replay ran otherwise than the run did because of the deployment's
+    ``max_model_len``: prompts the engine refuses (counted as failed) and outputs it stops
+    at that many tokens in all. A run that served them had a larger limit."""
+    from serveplan.sim.state import FINISHED_IGNORED, FINISHED_LENGTH_CAPPED
+
+    status = ds["status"].values
+    n = len(status)
+    refused = int(np.sum(status == FINISHED_IGNORED))
+    capped = int(np.sum(status == FINISHED_LENGTH_CAPPED))
+    limit = f"the deployment's max_model_len ({max_model_len:,} tokens)"
+    hint = "--max-model-len sets the limit the run had"
+    notes = []
+    if refused:
+        notes.append(f"{refused} of {n} prompts reach {limit}: the replay refuses them, as the "
+                     f"engine would, and counts them as failed ({hint})")
+    if capped:
+        notes.append(f"{capped} of {n} requests ask for more tokens than {limit} holds: the replay "
+                     f"stops their outputs there, as the engine would ({hint})")
+    return notes
 
 
 def server_counters(run: BenchRun, ds: xr.Dataset) -> tuple[dict, dict]:

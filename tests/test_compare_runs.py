@@ -301,3 +301,22 @@ def test_calibrate_terms_needs_runs(tmp_path):
                               str(tmp_path / "p.json"), "--gpu", "h100"])
     assert res.exit_code == 1 and "--terms goes with --runs" in res.output
     assert "Traceback" not in res.output
+
+
+def test_compare_says_what_max_model_len_refused_or_cut(written_run):
+    """vLLM refuses a prompt of max_model_len tokens or more and stops an output at
+    max_model_len tokens in all; counted here from the run's lengths by hand."""
+    run = read_run(written_run)
+    prompt, output = run.input_len, run.output_len
+    limit = int(np.median(prompt)) + 1
+    refused = int(np.sum(prompt >= limit))
+    capped = int(np.sum((prompt < limit) & (prompt + output > limit)))
+    assert refused and capped  # the fixture's lengths straddle the limit
+    flags = [*FLAGS, "--max-model-len", str(limit), "--max-num-batched-tokens", "8192"]
+    res = runner.invoke(app, ["compare", str(written_run), *flags, "--json"])
+    assert res.exit_code == 0, res.output
+    notes = json.loads(res.stdout)["notes"]
+    n, where = run.n, f"the deployment's max_model_len ({limit:,} tokens)"
+    assert f"{refused} of {n} prompts reach {where}: the replay refuses them" in " ".join(notes)
+    assert f"{capped} of {n} requests ask for more tokens than {where} holds" in " ".join(notes)
+    assert json.loads(res.stdout)["metrics"]["failed"]["predicted"] == refused
