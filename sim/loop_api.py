@@ -346,11 +346,11 @@ def _router_state(pools, h: Handoff | None, n, prompt, ignored, code=0, entry_si
                                                     if live_prompt.size else 1.0))
 
 
-def _glob(requests, router_code, lay: _Layout, n, conc, max_steps, lay_open) -> np.ndarray:
+def _glob(requests, router_code, lay: _Layout, conc, cap, max_steps, lay_open) -> np.ndarray:
     glob = np.zeros(N_GLOB, dtype=np.int64)
     glob[G_ROUTER] = router_code
     glob[G_CONCURRENCY] = conc
-    glob[G_CAP] = requests.max_concurrency or 0
+    glob[G_CAP] = cap
     glob[G_HASH_BLOCK] = requests.hash_block_size if requests.hash_ids is not None else 0
     glob[G_NOPEN] = lay_open
     glob[G_MAX_STEPS] = np.iinfo(np.int64).max if max_steps is None else int(max_steps)
@@ -501,7 +501,8 @@ def _workload(requests, pools) -> _Workload:
     prompt = np.asarray(requests.prompt_len, dtype=np.int64)
     output_req = np.asarray(requests.output_len, dtype=np.int64)
     output, ignored = clip_lengths(prompt, output_req, min(p.params.max_model_len for p in pools))
-    conc = int(requests.concurrency or 0)
+    # a cap above the request count is no cap: clamped, so buffers sized by it stay small
+    conc = min(int(requests.concurrency or 0), max(n, 1))
     arrival = np.array(requests.arrival_s, dtype=np.float64)
     if conc:
         arrival[: min(conc, n)] = 0.0
@@ -510,7 +511,7 @@ def _workload(requests, pools) -> _Workload:
         n_open = requests.sessions.num_first
     if requests.stages is not None:  # later stages are sent as earlier ones drain
         n_open = int(np.count_nonzero(requests.stages.stage == 0))
-    cap = int(requests.max_concurrency or 0)
+    cap = min(int(requests.max_concurrency or 0), max(n, 1))
     return _Workload(prompt, output_req, output, ignored, arrival, conc, n_open, cap)
 
 
@@ -570,7 +571,7 @@ def _build_world(requests, pools, h, code, policy, record_steps, max_steps, fron
         inst=make_inst(len(lay.pool_of), lay.slots, lay.max_blocks, lay.queue_cap),
         views=_views(requests, n, w.prompt, w.output, w.ignored, w.arrival, pd),
         knobs=_knob_table(pools, lay, policy),
-        glob=_glob(requests, code, lay, n, w.conc, max_steps, w.n_open), clock=np.zeros(1),
+        glob=_glob(requests, code, lay, w.conc, w.cap, max_steps, w.n_open), clock=np.zeros(1),
         rec=make_rec(record_steps), hs=hs,
         costs=_cost_tables(pools, lay),
         rt=_router_state(pools, h, n, w.prompt, w.ignored, code, entry_sibyl),

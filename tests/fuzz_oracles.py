@@ -474,8 +474,24 @@ def sane_memory(p: dict, ctx: dict, o: Outcome) -> None:
     _need(tokens >= p["max_model_len"], f"{w}: fits although one request exceeds the KV", o)
 
 
+def sane_compare(c: dict, ctx: dict, o: Outcome) -> None:
+    """Every metric finite or null on each side, and the replay runs the requests the run
+    sent: predicted completed + failed = measured completed + failed."""
+    w = "compare"
+    metrics = c.get("metrics")
+    _need(isinstance(metrics, dict) and bool(metrics), f"{w}: exit 0 with no metrics", o)
+    for m in metrics.values():
+        for side in ("measured", "predicted", "error"):
+            _need(m.get(side) is None or _finite(m[side]), f"{w}: {side} not finite or null", o)
+    _need(all(isinstance(n, str) for n in c.get("notes", [])), f"{w}: a note not text", o)
+    sent = [sum(metrics.get(k, {}).get(side) or 0 for k in ("completed", "failed"))
+            for side in ("measured", "predicted")]
+    if all(k in metrics for k in ("completed", "failed")):
+        _need(sent[0] == sent[1], f"{w}: replayed requests != the run's", o)
+
+
 SANITY = {"simulate": sane_simulate, "goodput": sane_goodput, "search": sane_search,
-          "estimate": sane_estimate, "memory": sane_memory}
+          "estimate": sane_estimate, "memory": sane_memory, "compare": sane_compare}
 
 
 # ============================================================================ the case record

@@ -310,6 +310,24 @@ def test_max_concurrency_holds_due_requests_back():
                    max_concurrency=1)
 
 
+def test_a_cap_above_the_request_count_is_no_cap():
+    """A closed loop of 10^12 clients over 4 requests sends all 4 at once, as 4 clients do;
+    --max-concurrency 10^12 over 4 requests holds none back, as a cap of 4 does (same
+    timeline as without a cap: A-D sent when due). Neither sizes a buffer by the cap."""
+    cost, params = AffineStepCost(0.010), EngineParams(num_gpu_blocks=1000)
+    prompt, output = np.array([50, 50, 50, 50]), np.array([3, 5, 2, 1])
+    closed = [run_engine(W.Requests(np.full(4, np.nan), prompt, output, concurrency=c),
+                         cost, params).reqs for c in (10**12, 4)]
+    np.testing.assert_array_equal(closed[0].arrival, [0.0, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(closed[0].t_finish, closed[1].t_finish)
+    due = np.array([0.0, 0.001, 0.002, 0.003])
+    capped = run_engine(W.Requests(due, prompt, output, max_concurrency=10**12), cost,
+                        params).reqs
+    free = run_engine(W.Requests(due, prompt, output), cost, params).reqs
+    np.testing.assert_allclose(capped.arrival, due, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(capped.t_finish, free.t_finish, rtol=0, atol=1e-12)
+
+
 def test_vllm_random_range_ratio():
     """``--random-range-ratio 0.5`` around isl 1001 / osl 3: ``get_sampling_params`` takes
     floor(1001 x 0.5) = 500 .. ceil(1001 x 1.5) = 1502 and floor(1.5) = 1 .. ceil(4.5) = 5

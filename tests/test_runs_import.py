@@ -386,10 +386,10 @@ def test_replayed_schedule_keeps_the_clients_concurrency_cap(vllm_run):
 
 
 @pytest.mark.parametrize(("values", "null_ok", "bad"), [
-    ([0.5, True, 1.0], False, "gaps[1]: expected a number, got bool True"),
-    ([0.5, "0.1"], False, "gaps[1]: expected a number, got str '0.1'"),
-    ([0.5, None], False, "gaps[1]: expected a number, got NoneType None"),
-    ([[0.5]], True, "gaps[0]: expected a number, got list [0.5]"),
+    ([0.5, True, 1.0], False, "gaps[1]: expected a number, got true"),
+    ([0.5, "0.1"], False, 'gaps[1]: expected a number, got string "0.1"'),
+    ([0.5, None], False, "gaps[1]: expected a number, got null"),
+    ([[0.5]], True, "gaps[0]: expected a number, got array [0.5]"),
 ])
 def test_number_lists_name_their_first_bad_entry(values, null_ok, bad):
     with pytest.raises(UserError, match=re.escape(f"run.json: {bad}")):
@@ -425,7 +425,7 @@ IMPOSSIBLE = [  # (fixture, file in it, where to write, value, expected message 
     ("vllm_detailed.json", None, ("output_lens", 0), 10**12, f"output_lens[0]: {TOO_LONG}"),
     ("vllm_detailed.json", None, ("input_lens", 2), -3, "input_lens[2]: expected an integer >= 0"),
     ("vllm_detailed.json", None, ("ttfts", 2), -0.1,
-     "ttfts[2]: expected a finite number >= 0, got float -0.1"),
+     "ttfts[2]: expected a finite number >= 0, got number -0.1"),
     ("vllm_detailed.json", None, ("itls", 1, 0), math.nan, "itls[1][0]: expected a finite number"),
     ("vllm_detailed.json", None, ("latencies", 0), math.inf, "latencies[0]: expected a finite"),
     ("vllm_detailed.json", None, ("start_times", 1), math.nan, "start_times[1]: expected a finite"),
@@ -466,3 +466,46 @@ def test_impossible_values_are_refused_by_name(tmp_path, fixture, name, path, va
         read_run(target)
     message = str(info.value)
     assert part in message and edited.name in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("field", "value", "part"), [
+    ("total_input_tokens", 1e300, "input_len: the summary's mean, 2.5e+299 tokens, is beyond "
+                                  "the longest request serveplan simulates (16,777,216)"),
+    ("completed", 2**40, "completed: 1,099,511,627,776 requests (with the failed ones), more "
+                         "than the 1,048,576 a replay runs"),
+    ("failed", -1e-9, "failed: expected a whole number of requests >= 0, got -1e-09"),
+    ("completed", 3.5, "completed: expected a whole number of requests >= 0, got 3.5"),
+])
+def test_a_summary_beyond_what_a_replay_runs_is_refused(tmp_path, field, value, part):
+    """A summary-only run is replayed as completed + failed requests of its mean lengths
+    (total / completed: 1e300 / 4 = 2.5e299 tokens)."""
+    data = json.loads((DATA / "vllm_summary.json").read_text())
+    data[field] = value
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=re.escape(f"summary.json: {part}")):
+        requests_for(read_run(path))
+
+
+def test_inference_perf_stage_values_are_named(tmp_path):
+    """An infinite stage rate in config.yaml and a null stage count are refused by field."""
+    folder = tmp_path / "ip"
+    shutil.copytree(DATA / "inference_perf", folder)
+    config = folder / "config.yaml"
+    good = config.read_text()
+    config.write_text(good.replace("rate: 2.0", "rate: .inf"))
+    with pytest.raises(UserError, match=re.escape(
+            "config.yaml: load.stages[0].rate: expected a finite number >= 0, got number "
+            "Infinity")):
+        read_run(folder)
+    config.write_text(good.replace("rate: 2.0", "rate: 0"))
+    with pytest.raises(UserError, match=re.escape("load.stages[0].rate: expected a number > 0")):
+        read_run(folder)
+    config.write_text(good)
+    stage = folder / "stage_0_lifecycle_metrics.json"
+    data = json.loads(stage.read_text())
+    data["load_summary"]["count"] = None
+    stage.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=re.escape(
+            "stage_0_lifecycle_metrics.json: load_summary.count: expected an integer, got null")):
+        read_run(folder)

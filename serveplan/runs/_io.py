@@ -49,10 +49,20 @@ class Where:
         raise UserError(f"{self}: {field}: {problem}")
 
 
-def _describe(value: object) -> str:
-    text = repr(value)
+def json_value(value: object) -> str:
+    """``value`` as the file wrote it, in JSON's words: ``null``, ``true``, ``number NaN``,
+    ``string "x"``, ``array [1, 2]``, ``object {...}`` (cut at 40 characters)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kind = ("number" if isinstance(value, (int, float)) else "string" if isinstance(value, str)
+            else "array" if isinstance(value, list) else "object" if isinstance(value, dict)
+            else type(value).__name__)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON (a YAML date, a tuple's contents...)
+        text = repr(value)
     text = text if len(text) <= 40 else text[:37] + "..."
-    return f"{type(value).__name__} {text}"
+    return f"{kind} {text}"
 
 
 _NUMBER_TYPES = frozenset((int, float))
@@ -105,7 +115,7 @@ def iter_jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
                             f"{exc.colno})") from None
         if not isinstance(rec, dict):
             raise UserError(f"{path} line {lineno}: expected a JSON object, got "
-                            f"{type(rec).__name__}")
+                            f"{json_value(rec)}")
         yield lineno, rec
 
 
@@ -132,7 +142,7 @@ def split_line(path: str | Path) -> tuple[Path, int | None]:
 # ----------------------------------------------------------------------------- values
 def mapping(value: object, where: Where, field: str) -> dict:
     if not isinstance(value, dict):
-        where.fail(field, f"expected an object, got {_describe(value)}")
+        where.fail(field, f"expected an object, got {json_value(value)}")
     return value
 
 
@@ -159,7 +169,7 @@ def number(value: object, where: Where, field: str, *, null_ok: bool = False) ->
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
         return math.inf
     if not _is_number(value) or math.isnan(float(value)):
-        where.fail(field, f"expected a number, got {_describe(value)}")
+        where.fail(field, f"expected a number, got {json_value(value)}")
     return float(value)
 
 
@@ -169,7 +179,7 @@ def finite(value: object, where: Where, field: str, *, low: float | None = None,
     x = number(value, where, field, null_ok=null_ok)
     if x is not None and not (math.isfinite(x) and (low is None or x >= low)):
         want = "a finite number" if low is None else f"a finite number >= {low:g}"
-        where.fail(field, f"expected {want}, got {_describe(value)}")
+        where.fail(field, f"expected {want}, got {json_value(value)}")
     return x
 
 
@@ -184,7 +194,7 @@ def integer(value: object, where: Where, field: str, *, low: int | None = None,
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
-        where.fail(field, f"expected an integer, got {_describe(value)}")
+        where.fail(field, f"expected an integer, got {json_value(value)}")
     if low is not None and value < low:
         where.fail(field, f"expected an integer >= {low}, got {value:.4g}")
     high = _INT64.max if high is None else min(high, _INT64.max)
@@ -212,7 +222,7 @@ def text(value: object, where: Where, field: str, *, null_ok: bool = True) -> st
     if value is None and null_ok:
         return None
     if not isinstance(value, str):
-        where.fail(field, f"expected a string, got {_describe(value)}")
+        where.fail(field, f"expected a string, got {json_value(value)}")
     return value
 
 
@@ -221,12 +231,12 @@ def num_list(value: object, where: Where, field: str, *, null_ok: bool = False,
     """A JSON list of finite numbers (``>= low`` where given) as ``float64`` (``null``
     entries as NaN if ``null_ok``)."""
     if not isinstance(value, list):
-        where.fail(field, f"expected a list of numbers, got {_describe(value)}")
+        where.fail(field, f"expected a list of numbers, got {json_value(value)}")
     kinds = set(map(type, value))  # one C-speed pass: runs hold ~10^5 inter-token gaps
     if not kinds <= _NUMBER_TYPES:
         for i, v in enumerate(value):
             if not (_is_number(v) or (v is None and null_ok)):
-                where.fail(f"{field}[{i}]", f"expected a number, got {_describe(v)}")
+                where.fail(f"{field}[{i}]", f"expected a number, got {json_value(v)}")
     nulls = type(None) in kinds
     given = [v for v in value if v is not None] if nulls else value
     try:
@@ -237,7 +247,7 @@ def num_list(value: object, where: Where, field: str, *, null_ok: bool = False,
     if bad.any():
         i = _index_of(value, int(np.argmax(bad)))
         want = "a finite number" if low is None else f"a finite number >= {low:g}"
-        where.fail(f"{field}[{i}]", f"expected {want}, got {_describe(value[i])}")
+        where.fail(f"{field}[{i}]", f"expected {want}, got {json_value(value[i])}")
     if nulls:
         return np.array([np.nan if v is None else v for v in value], dtype=np.float64)
     return a
@@ -252,14 +262,14 @@ def int_list(value: object, where: Where, field: str, *, low: int | None = None,
              high: int | None = None) -> np.ndarray:
     """A JSON list of integers within ``[low, high]`` (where given) as ``int64``."""
     if not isinstance(value, list):
-        where.fail(field, f"expected a list of integers, got {_describe(value)}")
+        where.fail(field, f"expected a list of integers, got {json_value(value)}")
     low = _INT64.min if low is None else max(low, _INT64.min)  # int64 whatever the bounds
     high = _INT64.max if high is None else min(high, _INT64.max)
     for i, v in enumerate(value):
         ok = (isinstance(v, int) and not isinstance(v, bool)) or (
             isinstance(v, float) and v.is_integer())
         if not ok:
-            where.fail(f"{field}[{i}]", f"expected an integer, got {_describe(v)}")
+            where.fail(f"{field}[{i}]", f"expected an integer, got {json_value(v)}")
         if v < low:
             where.fail(f"{field}[{i}]", f"expected an integer >= {low:,}, got {v:.4g}")
         if v > high:

@@ -42,6 +42,7 @@ from ._io import (
     dig,
     finite,
     integer,
+    json_value,
     load_json,
     load_yaml,
     mapping,
@@ -152,7 +153,7 @@ def _per_request(path: Path) -> tuple[dict, dict, list[str]]:
     where = Where(path)
     entries = load_json(path, EXPECTED)
     if not isinstance(entries, list):
-        where.fail("top level", f"expected a list of requests, got {type(entries).__name__}")
+        where.fail("top level", f"expected a list of requests, got {json_value(entries)}")
     if not entries:
         raise UserError(f"{path}: top level: no requests")
     rows = sorted((_entry(e, where, i) for i, e in enumerate(entries)), key=lambda r: r[0])
@@ -184,8 +185,12 @@ def _duration_for(rate: float, count: int) -> float:
 def _stage_pair(stage: object, i: int, where: Where) -> tuple[float, float]:
     f = f"load.stages[{i}]"
     stage = mapping(stage, where, f)
-    return (number(require(stage, "rate", where, f + "."), where, f + ".rate"),
-            number(require(stage, "duration", where, f + "."), where, f + ".duration"))
+    pair = tuple(finite(require(stage, k, where, f + "."), where, f"{f}.{k}", low=0)
+                 for k in ("rate", "duration"))
+    for k, value in zip(("rate", "duration"), pair, strict=True):
+        if value == 0:
+            where.fail(f"{f}.{k}", "expected a number > 0, got 0")
+    return pair
 
 
 def _config_load(cfg: dict, where: Where) -> tuple[Load | None, list[str]]:
@@ -195,7 +200,7 @@ def _config_load(cfg: dict, where: Where) -> tuple[Load | None, list[str]]:
     interval = number(load.get("interval", 1.0), where, "load.interval")
     stages = load.get("stages") or []
     if not isinstance(stages, list):
-        where.fail("load.stages", f"expected a list, got {type(stages).__name__}")
+        where.fail("load.stages", f"expected a list, got {json_value(stages)}")
     if kind in ("constant", "poisson"):
         if not stages:
             return None, []
@@ -318,7 +323,8 @@ def read_inference_perf(path: str | Path) -> BenchRun:
     if load is None:
         load, more = _stage_load(stage_loads, Where(found["folder"]))
         notes += more
-    counts = [int(s.get("count", 0)) for _, s in sorted(stage_loads.items())]
+    counts = [integer(s.get("count", 0), Where(found["stages"][k]), "load_summary.count", low=0)
+              for k, s in sorted(stage_loads.items())]
     if not counts and load.kind == "stages":
         counts = [int(r * d) for r, d in load.stages]
     arrays: dict = {}

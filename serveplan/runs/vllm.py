@@ -44,6 +44,7 @@ from ._io import (
     Where,
     integer,
     json_problem,
+    json_value,
     mapping,
     num_list,
     number,
@@ -118,7 +119,7 @@ def bench_serve_load(data: dict, where: Where) -> tuple[Load, list[str]]:
 
 def _itls(value: object, n: int, where: Where) -> list[np.ndarray]:
     if not isinstance(value, list):
-        where.fail("itls", f"expected a list of lists of seconds, got {type(value).__name__}")
+        where.fail("itls", f"expected a list of lists of seconds, got {json_value(value)}")
     if len(value) != n:
         where.fail("itls", f"has {len(value)} entries but input_lens has {n}")
     return [num_list(v, where, f"itls[{i}]", low=0) for i, v in enumerate(value)]

@@ -49,6 +49,7 @@ import math
 
 import numpy as np
 
+from serveplan.config_bounds import MAX_REQUESTS, MAX_TOKENS
 from serveplan.sim.arrivals import (
     ClosedLoop,
     ConstantArrivals,
@@ -113,14 +114,26 @@ def replay_lengths(run: BenchRun) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 def _summary_lengths(run: BenchRun) -> tuple[np.ndarray, np.ndarray, list[str]]:
     n, s = run.n, run.summary
+    for key in ("completed", "failed"):  # the replay's request count
+        count = s.get(key, 0.0)
+        if not (math.isfinite(count) and count >= 0 and float(count).is_integer()):
+            raise UserError(f"{run.path}: {key}: expected a whole number of requests >= 0, "
+                            f"got {count:.6g}")
     if n < 1:
         raise UserError(f"{run.path}: completed: the file reports no requests to replay")
+    if n > MAX_REQUESTS:
+        raise UserError(f"{run.path}: completed: {n:,} requests (with the failed ones), more "
+                        f"than the {MAX_REQUESTS:,} a replay runs")
     lens = []
     for key in ("mean_input_len", "mean_output_len"):
         value = s.get(key)
         if value is None or not math.isfinite(value):
             raise UserError(f"{run.path}: {key.removeprefix('mean_')}: the file has no "
                             "per-request records and no mean length to replay")
+        if value > MAX_TOKENS:
+            raise UserError(f"{run.path}: {key.removeprefix('mean_')}: the summary's mean, "
+                            f"{value:.4g} tokens, is beyond the longest request serveplan "
+                            f"simulates ({MAX_TOKENS:,})")
         lens.append(max(int(round(value)), 1))
     note = (f"no per-request records: {n} requests replayed with the file's mean lengths "
             f"({lens[0]} prompt, {lens[1]} output tokens)")
