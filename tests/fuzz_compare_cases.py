@@ -109,7 +109,8 @@ def damaged(text: str, suffix: str, rng: random.Random) -> str:
 def compare_cases(draw) -> Case:
     fixture = draw(st.sampled_from(FIXTURES))
     seed = draw(st.integers(0, 2**32 - 1))
-    extra = draw(st.sampled_from(((), ("--max-model-len", "300"), ("--num-instances", "2"))))
+    extra = draw(st.sampled_from(((), ("--max-model-len", "300"), ("--num-instances", "2"),
+                                  ("--all-runs",))))
     return Case("compare", ["compare", "{run}", *FLAGS, *extra], context={
         "fixture": str(fixture), "seed": seed})
 

@@ -474,20 +474,25 @@ def sane_memory(p: dict, ctx: dict, o: Outcome) -> None:
     _need(tokens >= p["max_model_len"], f"{w}: fits although one request exceeds the KV", o)
 
 
-def sane_compare(c: dict, ctx: dict, o: Outcome) -> None:
+def sane_compare(c: dict | list, ctx: dict, o: Outcome) -> None:
     """Every metric finite or null on each side, and the replay runs the requests the run
-    sent: predicted completed + failed = measured completed + failed."""
+    sent: predicted completed + failed = measured completed + failed (``--all-runs``: a
+    list of such comparisons, one per run)."""
     w = "compare"
-    metrics = c.get("metrics")
-    _need(isinstance(metrics, dict) and bool(metrics), f"{w}: exit 0 with no metrics", o)
-    for m in metrics.values():
-        for side in ("measured", "predicted", "error"):
-            _need(m.get(side) is None or _finite(m[side]), f"{w}: {side} not finite or null", o)
-    _need(all(isinstance(n, str) for n in c.get("notes", [])), f"{w}: a note not text", o)
-    sent = [sum(metrics.get(k, {}).get(side) or 0 for k in ("completed", "failed"))
-            for side in ("measured", "predicted")]
-    if all(k in metrics for k in ("completed", "failed")):
-        _need(sent[0] == sent[1], f"{w}: replayed requests != the run's", o)
+    runs = c if isinstance(c, list) else [c]
+    _need(bool(runs) and all(isinstance(r, dict) for r in runs), f"{w}: not comparisons", o)
+    for run in runs:
+        metrics = run.get("metrics")
+        _need(isinstance(metrics, dict) and bool(metrics), f"{w}: exit 0 with no metrics", o)
+        for m in metrics.values():
+            for side in ("measured", "predicted", "error"):
+                _need(m.get(side) is None or _finite(m[side]), f"{w}: {side} not finite or "
+                      "null", o)
+        _need(all(isinstance(n, str) for n in run.get("notes", [])), f"{w}: a note not text", o)
+        if all(k in metrics for k in ("completed", "failed")):
+            sent = [sum(metrics[k].get(side) or 0 for k in ("completed", "failed"))
+                    for side in ("measured", "predicted")]
+            _need(sent[0] == sent[1], f"{w}: replayed requests != the run's", o)
 
 
 SANITY = {"simulate": sane_simulate, "goodput": sane_goodput, "search": sane_search,
