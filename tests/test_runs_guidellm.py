@@ -166,3 +166,18 @@ def test_compare_all_runs_of_a_sweep():
     single = CliRunner().invoke(app, ["compare", str(V054), "--all-runs", "--model",
                                       "llama-3.1-8b", "--gpu", "h100"])
     assert single.exit_code == 0 and "mean_ttft" in single.output  # one run: the usual table
+
+
+@pytest.mark.parametrize("name", ["v0.2.1-poisson.json", "v0.5.4-constant.json"])
+@pytest.mark.parametrize("benchmarks", [[], "1e3", {}])
+def test_a_report_with_damaged_benchmarks_is_still_read_as_guidellm(tmp_path, name, benchmarks):
+    """The ``benchmarks`` key alone marks a GuideLLM report (no other tool writes it), so a
+    report whose benchmarks are empty or not a list gets GuideLLM's message, not vLLM's."""
+    data = json.loads((DATA / name).read_text())
+    data["benchmarks"] = benchmarks
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    assert detect_tool(path) == "guidellm"
+    with pytest.raises(UserError, match="benchmarks: missing or empty: expected the list of "
+                                        "benchmarks GuideLLM writes"):
+        read_run(path)

@@ -74,7 +74,7 @@ def _sniff(path: Path) -> str:
         raise UserError(f"{path}: empty file; {UNKNOWN}")
     if head.lstrip().startswith("[") and _has_key(head, ("start_time",)):
         return "inference-perf"
-    json_report = _has_key(head, ("benchmarks",)) and _has_key(head, ("type_",))
+    json_report = _has_key(head, ("benchmarks",))  # no other tool writes that key
     if json_report or (path.suffix in (".yaml", ".yml") and _YAML_BENCHMARKS.search(head)):
         return "guidellm"
     if _has_key(head, ("unit",)) and _has_key(head, ("avg",)):
