@@ -25,8 +25,18 @@ import pandas as pd
 from serveplan.plots import deployment_names, instances, log_axis, outside_legend, series_styles
 from serveplan.results_io import result_kind
 
-__all__ = ["RTOL", "best_under_speed", "frontier", "pareto_points", "plot_pareto",
+__all__ = ["READS", "RTOL", "best_under_speed", "frontier", "pareto_points", "plot_pareto",
            "points_dataset"]
+
+READS = {
+    "sweep": dict(numbers=("gpus", "tok_s_per_user", "output_tok_s_per_gpu", "ttft_slo_p_s",
+                           "tpot_slo_p_s", "arrival_rate"),
+                  texts=("architecture", "strategy", "status")),
+    "search": dict(numbers=("gpus", "goodput", "ttft_p_s", "tpot_p_s"),
+                   texts=("architecture", "name", "status"), attrs=("spec",)),
+}
+"""What :func:`pareto_points` reads of each result kind
+(:func:`serveplan.results_io.check_variables`)."""
 
 RTOL = 1e-6
 """Relative difference below which two speeds (or throughputs) are the same value."""

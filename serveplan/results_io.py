@@ -20,7 +20,8 @@ import xarray as xr
 
 from serveplan.errors import UserError
 
-__all__ = ["KINDS", "UNITS", "missing_units", "netcdf_engine", "read_netcdf", "read_result",
+__all__ = ["KINDS", "UNITS", "check_variables", "missing_units", "netcdf_engine", "read_netcdf",
+           "read_result",
            "result_kind", "stamp", "unit_of", "write_netcdf"]
 
 KINDS = {
@@ -171,3 +172,29 @@ def read_result(path: str | Path, kinds: tuple[str, ...], purpose: str) -> xr.Da
     got = (f"is a {kind} result" if kind else
            "is a NetCDF file but not a serveplan result (no 'kind' attribute)")
     raise UserError(f"{path} {got}; {purpose} needs {need}")
+
+
+def check_variables(ds: xr.Dataset, path: str | Path, purpose: str, *,
+                    numbers: tuple[str, ...] = (), texts: tuple[str, ...] = (),
+                    attrs: tuple[str, ...] = ()) -> None:
+    """Refuse a result without a variable or attribute ``purpose`` reads, or with other
+    values than numbers where it reads numbers: one error naming the file and the name (a
+    file written by another serveplan version, or edited)."""
+    what = f"a {result_kind(ds) or 'serveplan'} result"
+    for name in attrs:
+        if name not in ds.attrs:
+            raise UserError(f"{path}: {what} without its {name!r} attribute (written by "
+                            f"another serveplan version, or edited?); {purpose} reads it")
+    for name in (*numbers, *texts):
+        if name not in ds.variables:
+            raise UserError(f"{path}: {what} without the variable {name!r} (written by "
+                            f"another serveplan version, or edited?); {purpose} reads it")
+    for name in numbers:
+        if ds[name].dtype.kind not in "iuf":
+            held = _VALUE_WORDS.get(ds[name].dtype.kind, str(ds[name].dtype))
+            raise UserError(f"{path}: variable {name!r} holds {held} values; {purpose} "
+                            "reads numbers there")
+
+
+_VALUE_WORDS = {"U": "text", "S": "text", "O": "text (or mixed)", "b": "true/false",
+                "M": "date", "m": "time-span", "c": "complex"}

@@ -207,6 +207,49 @@ def test_min_speed_changes_the_table(sweep_ds, tmp_path):
     assert rows[True] and rows[True] < rows[False]
 
 
+def _without_spec(ds: xr.Dataset) -> xr.Dataset:
+    out = ds.copy()
+    out.attrs = {k: v for k, v in ds.attrs.items() if k != "spec"}
+    return out
+
+
+@pytest.mark.parametrize(("which", "edit", "message"), [
+    ("sweep", lambda ds: ds.drop_vars("arrival_rate"),
+     "a sweep result without the variable 'arrival_rate' (written by another serveplan "
+     "version, or edited?); pareto reads it"),
+    ("sweep", lambda ds: ds.assign(gpus=ds["gpus"].astype(str)),
+     "variable 'gpus' holds text values; pareto reads numbers there"),
+    ("search", _without_spec,
+     "a search result without its 'spec' attribute (written by another serveplan version, "
+     "or edited?); pareto reads it"),
+])
+def test_pareto_names_what_an_edited_result_lacks(sweep_ds, search_ds, tmp_path, which, edit,
+                                                  message):
+    """A result edited (or written by another version) without what pareto reads: one
+    error naming the file and the variable, not xarray's KeyError or a format error."""
+    path = write_netcdf(edit(sweep_ds if which == "sweep" else search_ds),
+                        tmp_path / "edited.nc", kind=which)
+    r = CliRunner().invoke(app, ["pareto", str(path)])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"error: {path}: " in r.stderr and message in " ".join(r.stderr.split())
+
+
+def test_export_names_an_edited_search_result(search_ds, tmp_path):
+    """export reads rank, name and the ranked strategy's deployment (JSON text)."""
+    no_rank = write_netcdf(search_ds.drop_vars("rank"), tmp_path / "a.nc", kind="search")
+    r = CliRunner().invoke(app, ["export", "vllm", str(no_rank), "--rank", "1"])
+    assert r.exit_code == 1 and "without the variable 'rank'" in " ".join(r.stderr.split())
+    broken = search_ds.copy()
+    first = int((broken["rank"].values == 1).nonzero()[0][0])
+    deployments = broken["deployment"].values.astype(object)
+    deployments[first] = "{not json"
+    broken["deployment"] = (broken["deployment"].dims, deployments)
+    path = write_netcdf(broken, tmp_path / "b.nc", kind="search")
+    r = CliRunner().invoke(app, ["export", "vllm", str(path), "--rank", "1"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "the deployment of rank 1 is not JSON" in " ".join(r.stderr.split())
+
+
 def test_result_files_carry_kind_and_units(sweep_ds, search_ds, tmp_path):
     for ds, kind in ((sweep_ds, "sweep"), (search_ds, "search")):
         with xr.open_dataset(write_netcdf(ds, tmp_path / f"{kind}.nc")) as back:

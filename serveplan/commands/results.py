@@ -56,11 +56,12 @@ def pareto(
     architecture.
 
     A sweep's seeds are replications of one design: its metrics are averaged over them."""
-    from serveplan.pareto import best_under_speed, pareto_points, plot_pareto, points_dataset
+    from serveplan.pareto import READS, best_under_speed, pareto_points, plot_pareto, points_dataset
     from serveplan.plots import context
-    from serveplan.results_io import read_result, write_netcdf
+    from serveplan.results_io import check_variables, read_result, result_kind, write_netcdf
 
     ds = read_result(results, ("sweep", "search"), "pareto")
+    check_variables(ds, results, "pareto", **READS[result_kind(ds)])
     df = pareto_points(ds, ttft, min_speed)
     console = wide_console()
     if csv is not None:
@@ -118,9 +119,11 @@ def plot(
 
 def _ranked_deployment(results: Path, rank: int) -> dict:
     """The deployment of the strategy ranked ``rank`` in a search result (and a comment)."""
-    from serveplan.results_io import read_result
+    from serveplan.results_io import check_variables, read_result
 
     ds = read_result(results, ("search",), "export")
+    check_variables(ds, results, "export", numbers=("rank", "goodput"),
+                    texts=("name", "fidelity", "deployment"))
     hit = (ds["rank"].values == rank).nonzero()[0]
     if hit.size == 0:
         raise UserError(f"no strategy of rank {rank}; decided ranks are 1.."
@@ -128,7 +131,11 @@ def _ranked_deployment(results: Path, rank: int) -> dict:
     typer.echo(f"# rank {rank}: {ds['name'].values[hit[0]]}, goodput "
                f"{float(ds['goodput'].values[hit[0]]):.3g} req/s "
                f"({ds['fidelity'].values[hit[0]]} level)")
-    return json.loads(str(ds["deployment"].values[hit[0]]))
+    try:
+        return json.loads(str(ds["deployment"].values[hit[0]]))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{results}: the deployment of rank {rank} is not JSON ({exc.msg}); "
+                        "was the file edited?") from None
 
 
 @app.command()
