@@ -390,6 +390,8 @@ def test_replayed_schedule_keeps_the_clients_concurrency_cap(vllm_run):
     ([0.5, "0.1"], False, 'gaps[1]: expected a number, got string "0.1"'),
     ([0.5, None], False, "gaps[1]: expected a number, got null"),
     ([[0.5]], True, "gaps[0]: expected a number, got array [0.5]"),
+    ([0.5, 10**400], False, "gaps[1]: expected a finite number, got number 1000000000"),
+    ([None, math.nan], True, "gaps[1]: expected a finite number, got number NaN"),
 ])
 def test_number_lists_name_their_first_bad_entry(values, null_ok, bad):
     with pytest.raises(UserError, match=re.escape(f"run.json: {bad}")):
@@ -427,6 +429,7 @@ IMPOSSIBLE = [  # (fixture, file in it, where to write, value, expected message 
     ("vllm_detailed.json", None, ("ttfts", 2), -0.1,
      "ttfts[2]: expected a finite number >= 0, got number -0.1"),
     ("vllm_detailed.json", None, ("itls", 1, 0), math.nan, "itls[1][0]: expected a finite number"),
+    ("vllm_detailed.json", None, ("itls", 1, 1), -1, "itls[1][1]: expected a finite number >= 0"),
     ("vllm_detailed.json", None, ("latencies", 0), math.inf, "latencies[0]: expected a finite"),
     ("vllm_detailed.json", None, ("start_times", 1), math.nan, "start_times[1]: expected a finite"),
     ("aiperf", "profile_export.jsonl", (2, "metrics", "time_to_first_token", "value"), -5.0,
