@@ -12,6 +12,7 @@ bytes travel in the case (``Case.files``: path in the fixture -> bytes).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -58,6 +59,12 @@ def _copy(fixture: Path | str, folder: Path) -> Path:
     return target
 
 
+def _junk(rng: random.Random):
+    """A copy of one :data:`JUNK` value (a shared list put in two places could be damaged
+    into containing itself)."""
+    return copy.deepcopy(rng.choice(JUNK))
+
+
 def _damage_value(obj, rng: random.Random, depth: int = 0) -> None:
     """Delete, replace or cut one entry somewhere inside ``obj`` (in place)."""
     if isinstance(obj, dict) and obj:
@@ -66,7 +73,7 @@ def _damage_value(obj, rng: random.Random, depth: int = 0) -> None:
         if roll < 0.3:
             del obj[key]
         elif roll < 0.7 or depth > 4:
-            obj[key] = rng.choice(JUNK)
+            obj[key] = _junk(rng)
         else:
             _damage_value(obj[key], rng, depth + 1)
     elif isinstance(obj, list) and obj:
@@ -74,7 +81,7 @@ def _damage_value(obj, rng: random.Random, depth: int = 0) -> None:
         if roll < 0.3:
             del obj[i:]
         elif roll < 0.6:
-            obj[i] = rng.choice(JUNK)
+            obj[i] = _junk(rng)
         else:
             _damage_value(obj[i], rng, depth + 1)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -266,3 +267,15 @@ def test_triton_requests_are_timed_as_genai_perfs_own_test_expects(tmp_path):
     np.testing.assert_allclose(run.send_s, [0.0, 2e-9])
     np.testing.assert_allclose(run.ttft_s, [3e-9, 2e-9])
     np.testing.assert_allclose(run.e2e_s, [8e-9, 13e-9])
+
+
+@pytest.mark.parametrize(("tag", "avg"), [("output_sequence_length", 1e308),
+                                          ("input_sequence_length", -3.0)])
+def test_a_summary_mean_length_no_request_has_is_refused(tmp_path, tag, avg):
+    """The summary's mean lengths set every request's prompt and scale its output (1e308
+    would overflow the int64 cast; a negative mean would become 1 token)."""
+    stats = STATS | {tag: _block(avg, "tokens")}
+    with pytest.raises(UserError, match=re.escape(
+            f"profile_export_genai_perf.json: {tag}.avg: a mean of {avg:.6g} tokens per "
+            "request; expected 0 to 16,777,216")):
+        read_run(_artifacts(tmp_path, stats=stats))

@@ -472,8 +472,9 @@ def test_impossible_values_are_refused_by_name(tmp_path, fixture, name, path, va
 
 
 @pytest.mark.parametrize(("field", "value", "part"), [
-    ("total_input_tokens", 1e300, "input_len: the summary's mean, 2.5e+299 tokens, is beyond "
-                                  "the longest request serveplan simulates (16,777,216)"),
+    ("total_input_tokens", 1e300, "input_len: a mean of 2.5e+299 tokens per request; expected "
+                                  "0 to 16,777,216 (the longest request serveplan simulates)"),
+    ("total_output_tokens", -40, "output_len: a mean of -10 tokens per request; expected 0"),
     ("completed", 2**40, "completed: 1,099,511,627,776 requests (with the failed ones), more "
                          "than the 1,048,576 a replay runs"),
     ("failed", -1e-9, "failed: expected a whole number of requests >= 0, got -1e-09"),

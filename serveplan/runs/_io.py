@@ -213,6 +213,14 @@ def _too_large(value: int, high: int) -> str:
     return f"expected an integer <= {high:,}{why}, got {value:.4g}"
 
 
+def mean_tokens(value: float, where: Where, field: str) -> float:
+    """A mean token count per request (a summary's): finite, from 0 to :data:`MAX_TOKENS`."""
+    if not (math.isfinite(value) and 0 <= value <= MAX_TOKENS):
+        where.fail(field, f"a mean of {value:.6g} tokens per request; expected 0 to "
+                          f"{MAX_TOKENS:,} (the longest request serveplan simulates)")
+    return value
+
+
 def tokens(value: object, where: Where, field: str, *, null_ok: bool = False) -> int | None:
     """A request's token count: an integer from 0 to :data:`MAX_TOKENS`."""
     return integer(value, where, field, low=0, high=MAX_TOKENS, null_ok=null_ok)

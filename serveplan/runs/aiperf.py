@@ -45,6 +45,7 @@ from ._io import (
     iter_jsonl,
     load_json,
     mapping,
+    mean_tokens,
     num_list,
     number,
     ragged,
@@ -226,7 +227,7 @@ def block_summary(blocks: dict[str, dict], where: Where) -> dict[str, float]:
         elif tag in _SCALARS:
             out[_SCALARS[tag]] = avg
         elif tag in _MEANS:
-            out[_MEANS[tag]] = avg
+            out[_MEANS[tag]] = mean_tokens(avg, where, f"{tag}.avg")
     total_osl = number(dig(blocks, "total_osl.avg"), where, "total_osl.avg", null_ok=True)
     if total_osl is not None:  # reasoning included, as vLLM's total_output_tokens
         out["total_output_tokens"] = total_osl

@@ -49,7 +49,7 @@ import math
 
 import numpy as np
 
-from serveplan.config_bounds import MAX_REQUESTS, MAX_TOKENS
+from serveplan.config_bounds import MAX_REQUESTS
 from serveplan.sim.arrivals import (
     ClosedLoop,
     ConstantArrivals,
@@ -62,6 +62,7 @@ from serveplan.sim.clients import CLIENT_SEND_JITTER_S
 from serveplan.sim.requests import Requests
 from serveplan.user_input import UserError
 
+from ._io import Where, mean_tokens
 from .model import BenchRun
 
 MODES = ("auto", "recorded", "schedule")
@@ -130,10 +131,7 @@ def _summary_lengths(run: BenchRun) -> tuple[np.ndarray, np.ndarray, list[str]]:
         if value is None or not math.isfinite(value):
             raise UserError(f"{run.path}: {key.removeprefix('mean_')}: the file has no "
                             "per-request records and no mean length to replay")
-        if value > MAX_TOKENS:
-            raise UserError(f"{run.path}: {key.removeprefix('mean_')}: the summary's mean, "
-                            f"{value:.4g} tokens, is beyond the longest request serveplan "
-                            f"simulates ({MAX_TOKENS:,})")
+        mean_tokens(value, Where(run.path), key.removeprefix("mean_"))
         lens.append(max(int(round(value)), 1))
     note = (f"no per-request records: {n} requests replayed with the file's mean lengths "
             f"({lens[0]} prompt, {lens[1]} output tokens)")
