@@ -32,8 +32,8 @@ FIXTURES = (RUNS / "vllm_detailed.json", RUNS / "vllm_summary.json", RUNS / "vll
             *sorted((RUNS / "guidellm").glob("*.json")), EXAMPLES / "vllm-bench-result.json",
             "sglang.jsonl", "genai_perf")
 """Paths, or the names of the fixtures written from the reader tests' constants."""
-JUNK = (None, "x", "", -1, 0, 1e308, -1e-9, 2**63, 10**12, math.nan, math.inf, -math.inf,
-        True, [], {}, [1, "a"], "1e3")
+JUNK = (None, "x", "", -1, 0, 1e308, -1e-9, 2**63, 10**12, 10**400, math.nan, math.inf,
+        -math.inf, True, [], {}, [1, "a"], "1e3")
 FLAGS = ("--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--json")
 
 

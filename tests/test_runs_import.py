@@ -425,6 +425,7 @@ TOO_LONG = "expected an integer <= 16,777,216 (the longest request serveplan sim
 IMPOSSIBLE = [  # (fixture, file in it, where to write, value, expected message part)
     ("vllm_detailed.json", None, ("output_lens", 1), 2**63 + 5, f"output_lens[1]: {TOO_LONG}"),
     ("vllm_detailed.json", None, ("output_lens", 0), 10**12, f"output_lens[0]: {TOO_LONG}"),
+    ("vllm_detailed.json", None, ("output_lens", 2), 10**400, f"output_lens[2]: {TOO_LONG}"),
     ("vllm_detailed.json", None, ("input_lens", 2), -3, "input_lens[2]: expected an integer >= 0"),
     ("vllm_detailed.json", None, ("ttfts", 2), -0.1,
      "ttfts[2]: expected a finite number >= 0, got number -0.1"),

@@ -168,8 +168,10 @@ def number(value: object, where: Where, field: str, *, null_ok: bool = False) ->
         return None
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
         return math.inf
-    if not _is_number(value) or math.isnan(float(value)):
+    if not _is_number(value) or (isinstance(value, float) and math.isnan(value)):
         where.fail(field, f"expected a number, got {json_value(value)}")
+    if isinstance(value, int) and abs(value) > _FLOAT_MAX:
+        where.fail(field, f"expected a finite number, got {json_value(value)}")
     return float(value)
 
 
@@ -196,12 +198,12 @@ def integer(value: object, where: Where, field: str, *, low: int | None = None,
     if not isinstance(value, int) or isinstance(value, bool):
         where.fail(field, f"expected an integer, got {json_value(value)}")
     if low is not None and value < low:
-        where.fail(field, f"expected an integer >= {low}, got {value:.4g}")
+        where.fail(field, f"expected an integer >= {low}, got {json_value(value)}")
     high = _INT64.max if high is None else min(high, _INT64.max)
     if value > high:
         where.fail(field, _too_large(value, high))
     if value < _INT64.min:
-        where.fail(field, f"expected an integer >= {_INT64.min:,}, got {value:.4g}")
+        where.fail(field, f"expected an integer >= {_INT64.min:,}, got {json_value(value)}")
     return value
 
 
@@ -210,7 +212,7 @@ _INT64 = np.iinfo(np.int64)
 
 def _too_large(value: int, high: int) -> str:
     why = " (the longest request serveplan simulates)" if high == MAX_TOKENS else ""
-    return f"expected an integer <= {high:,}{why}, got {value:.4g}"
+    return f"expected an integer <= {high:,}{why}, got {json_value(value)}"
 
 
 def mean_tokens(value: float, where: Where, field: str) -> float:
@@ -293,7 +295,7 @@ def int_list(value: object, where: Where, field: str, *, low: int | None = None,
         if not ok:
             where.fail(f"{field}[{i}]", f"expected an integer, got {json_value(v)}")
         if v < low:
-            where.fail(f"{field}[{i}]", f"expected an integer >= {low:,}, got {v:.4g}")
+            where.fail(f"{field}[{i}]", f"expected an integer >= {low:,}, got {json_value(v)}")
         if v > high:
             where.fail(f"{field}[{i}]", _too_large(v, high))
     return np.array(value, dtype=np.int64) if value else np.zeros(0, dtype=np.int64)

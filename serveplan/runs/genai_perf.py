@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -248,7 +249,7 @@ def _experiment(data: dict, load: Load | None, where: Where) -> tuple[int, dict]
     heads = [(dig(r, "experiment.mode"), dig(r, "experiment.value")) for r in runs]
     for i, (mode, value) in enumerate(heads):
         if want is not None and mode == want[0] and isinstance(value, (int, float)) and \
-                math.isclose(float(value), want[1]):
+                abs(value) <= sys.float_info.max and math.isclose(value, want[1]):
             return i, mapping(runs[i], where, f"experiments[{i}]")
     listed = ", ".join(f"{m} {v}" for m, v in heads)
     where.fail("experiments", f"{len(runs)} experiments ({listed}) and no summary's load "
