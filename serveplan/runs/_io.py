@@ -267,15 +267,18 @@ def floats(value: object, where: Where, field: str, *, null_ok: bool = False) ->
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 
 
+def out_of_range(a: np.ndarray, low: float | None = None) -> np.ndarray:
+    """Mask of the entries of ``a`` that are not finite (or are below ``low``)."""
+    return ~np.isfinite(a) if low is None else ~(np.isfinite(a) & (a >= low))
+
+
 def check_range(a: np.ndarray, value: list, where: Where, field: str,
                 low: float | None = None) -> None:
     """Refuse a non-finite entry of ``a`` (or one below ``low``), read from the JSON list
     ``value``, naming its index; NaN entries that were ``null`` pass."""
-    bad = ~np.isfinite(a) if low is None else ~(np.isfinite(a) & (a >= low))
+    bad = out_of_range(a, low)
     if bad.any():
-        nulls = np.fromiter((v is None for v in value), bool, len(value)) if np.isnan(
-            a).any() else np.zeros(len(a), bool)
-        bad &= ~nulls
+        bad &= np.fromiter((v is not None for v in value), bool, len(value))
     if bad.any():
         i = int(np.argmax(bad))
         want = "a finite number" if low is None else f"a finite number >= {low:g}"

@@ -50,6 +50,7 @@ from ._io import (
     mapping,
     num_list,
     number,
+    out_of_range,
     ragged,
     read_text,
     text,
@@ -126,7 +127,7 @@ def _itls(value: object, n: int, where: Where) -> list[np.ndarray]:
         where.fail("itls", f"has {len(value)} entries but input_lens has {n}")
     gaps = [floats(v, where, f"itls[{i}]") for i, v in enumerate(value)]
     flat = np.concatenate(gaps) if gaps else np.zeros(0)
-    bad = ~(np.isfinite(flat) & (flat >= 0))  # checked once: ~10^5 gaps in ~10^3 lists
+    bad = out_of_range(flat, low=0)  # checked once: ~10^5 gaps in ~10^3 lists
     if bad.any():
         i = int(np.searchsorted(np.cumsum([len(g) for g in gaps]), np.argmax(bad), "right"))
         check_range(gaps[i], value[i], where, f"itls[{i}]", low=0)
