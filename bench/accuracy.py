@@ -20,9 +20,10 @@ the first GPU's efficiencies and correctors), of vLLM to other vLLM versions' ro
 vLLM to TensorRT-LLM / SGLang rows.
 
 Batch level (Argonne LLM-Inference-Bench fixed-batch runs, vLLM and TensorRT-LLM on A100
-and H100; validation only, nothing is fitted to it): batch latency predicted as one
-prefill step of the whole batch plus ``output_len - 1`` decode steps through the
-CostOracle with the shipped profile of the engine. A100 runs are A100-SXM4-40GB (ALCF
+and H100): batch latency predicted as one prefill step of the whole batch plus
+``output_len - 1`` decode steps through the CostOracle with the shipped profile of the
+engine (nothing fitted to these runs), and again with the engine's step terms calibrated
+on the same node's runs of the other models (``accuracy_batch_calib``). A100 runs are A100-SXM4-40GB (ALCF
 Polaris): the a100-80gb profile (same chip) on the a100-40gb peaks.
 """
 
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from accuracy_batch_calib import calibrated_lomo
 from accuracy_static import static_level, static_markdown
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,10 +281,13 @@ def batch_level() -> dict:
                      "batch": b, "input_len": i, "output_len": o, "measured_s": r.latency_s,
                      "predicted_s": batch_latency(oracle, b, i, o),
                      "predicted_no_corrector_s": batch_latency(plain, b, i, o),
-                     "fits_kv": bool(fits)})
+                     "fits_kv": bool(fits), "layers": oracle.model.num_layers,
+                     "profile_step_overhead_s": oracle.profile_step_overhead_s})
     res = pd.DataFrame(rows)
-    res["rel_err"] = res["predicted_s"] / res["measured_s"] - 1.0
-    res["rel_err_no_corrector"] = res["predicted_no_corrector_s"] / res["measured_s"] - 1.0
+    res["predicted_calibrated_s"], calibration = calibrated_lomo(res)
+    for col, pred in (("rel_err", "predicted_s"), ("rel_err_no_corrector", "predicted_no_corrector_s"),
+                      ("rel_err_calibrated", "predicted_calibrated_s")):
+        res[col] = res[pred] / res["measured_s"] - 1.0
     summary = []
     for (engine, gpu, single), g in res.groupby(["engine", "gpu", res["tp"] == 1]):
         for fits, gg in g.groupby("fits_kv"):
@@ -293,8 +298,10 @@ def batch_level() -> dict:
                             "median": float(np.median(e)), "p95": float(np.percentile(e, 95)),
                             "median_signed": float(np.median(gg["rel_err"])),
                             "median_no_corrector": float(np.median(eb)),
-                            "p95_no_corrector": float(np.percentile(eb, 95))})
-    return {"summary": summary, "rows": res.to_dict(orient="records")}
+                            "p95_no_corrector": float(np.percentile(eb, 95)),
+                            "median_calibrated": float(np.median(np.abs(gg["rel_err_calibrated"]))),
+                            "median_signed_calibrated": float(np.median(gg["rel_err_calibrated"]))})
+    return {"summary": summary, "calibration": calibration, "rows": res.to_dict(orient="records")}
 
 
 # ------------------------------------------------------------------------------ report
@@ -367,25 +374,44 @@ def markdown(res: dict) -> str:
                              f"{_pct(e['b'], 'median')} | {_pct(e['b'], 'p95')} | "
                              f"{_pct(e['c'], 'median')} | {_pct(e['c'], 'p95')} |")
     if "batch_level" in res:
-        L += ["", "## Batch level: Argonne fixed-batch runs (validation only, not fitted)", "",
-              "Batch latency = prefill step + (output_len − 1) decode steps through the "
-              "CostOracle, shipped profile of the engine. `fits KV`: the batch's tokens fit "
-              "the KV cache vLLM would allocate (memory planner); runs that do not fit were "
-              "preempted / serialised by the engine, which a fixed-batch sum cannot price.", "",
-              "| engine | GPU | tp | fits KV | runs | (b) med | (b) p95 | (c) med | (c) p95 | "
-              "(c) median signed |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-        for s in res["batch_level"]["summary"]:
-            L.append(f"| {s['engine']} | {s['gpu']} | {s['tp']} | {'yes' if s['fits_kv'] else 'no'} "
-                     f"| {s['n']} | {100 * s['median_no_corrector']:.1f} | "
-                     f"{100 * s['p95_no_corrector']:.1f} | {100 * s['median']:.1f} | "
-                     f"{100 * s['p95']:.1f} | {100 * s['median_signed']:+.1f} |")
+        L += _batch_markdown(res["batch_level"])
     if "static" in res:
         L += static_markdown(res["static"])
     if res.get("notes"):
         L += ["", "## Where targets are missed, why, and what would close it", ""]
         L += [f"* {n}" for n in res["notes"]]
     return "\n".join(L) + "\n"
+
+
+def _batch_markdown(batch: dict) -> list[str]:
+    L = ["", "## Batch level: Argonne fixed-batch runs", "",
+         "Batch latency = prefill step + (output_len − 1) decode steps through the "
+         "CostOracle, shipped profile of the engine. `fits KV`: the batch's tokens fit "
+         "the KV cache vLLM would allocate (memory planner); runs that do not fit were "
+         "preempted / serialised by the engine, which a fixed-batch sum cannot price. "
+         "(b), (c): as above, nothing fitted to these runs. (d): (c) plus the step overhead "
+         "and tensor-parallel synchronisation fitted on the same engine and GPU's runs of "
+         "the other models (leave-one-model-out; `bench/accuracy_batch_calib.py`): what "
+         "`serveplan calibrate --runs` does with a cluster's own runs, checked on a model "
+         "the fit never saw.", "",
+         "| engine | GPU | tp | fits KV | runs | (b) med | (b) p95 | (c) med | (c) p95 | "
+         "(c) median signed | (d) med | (d) median signed |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in batch["summary"]:
+        L.append(f"| {s['engine']} | {s['gpu']} | {s['tp']} | {'yes' if s['fits_kv'] else 'no'} "
+                 f"| {s['n']} | {100 * s['median_no_corrector']:.1f} | "
+                 f"{100 * s['p95_no_corrector']:.1f} | {100 * s['median']:.1f} | "
+                 f"{100 * s['p95']:.1f} | {100 * s['median_signed']:+.1f} | "
+                 f"{100 * s['median_calibrated']:.1f} | {100 * s['median_signed_calibrated']:+.1f} |")
+    L += ["", "(d)'s fits, one per held-out model (range over the folds):", "",
+          "| engine | GPU | folds | step overhead (ms) | TP sync (us per layer) |",
+          "|---|---|---|---|---|"]
+    fits = pd.DataFrame(batch.get("calibration", []))
+    for (engine, gpu), g in (fits.groupby(["engine", "gpu"]) if len(fits) else ()):
+        step, sync = g["step_overhead_s"] * 1e3, g["tp_sync_per_layer_s"] * 1e6
+        L.append(f"| {engine} | {gpu} | {len(g)} | {step.min():.2f}-{step.max():.2f} | "
+                 f"{sync.min():.0f}-{sync.max():.0f} |")
+    return L
 
 
 NOTES_FILE = RESULTS / "accuracy_notes.md"

@@ -48,7 +48,7 @@ TERM_SCALES = {"frontend_output_s": (5e-3, 1.0), "frontend_prompt_token_s": (1e-
                "step_cpu_per_request_s": (1e-5, 1e-3), "step_cpu_per_token_s": (1e-6, 1e-4),
                "prefill_token_layer_s": (2e-7, 1e-5), "disagg_handoff_s": (5e-3, 2.0),
                "prefill_step_expert_layer_s": (2e-6, 1e-4),
-               "step_overhead_s": (1e-4, 2e-3), "eager_dispatch_layer_s": (1e-4, 5e-3)}
+               "step_overhead_s": (1e-4, 1e-2), "eager_dispatch_layer_s": (1e-4, 5e-3)}
 _NO_EFFECT = 1e-9  # a Jacobian column below this (relative) moves no median
 
 
@@ -124,8 +124,8 @@ def robust_loss(pred: np.ndarray, measured: np.ndarray) -> float:
 def fit_first_order(pred0: np.ndarray, jac: np.ndarray, measured: np.ndarray,
                     x0: np.ndarray, upper: np.ndarray) -> np.ndarray:
     """Terms ``x`` in ``[0, upper]`` minimising :func:`robust_loss` of ``pred0 + jac @ (x -
-    x0)``; ``pred0`` and ``measured`` are ``(n, 2)``, ``jac`` is ``(n, 2, m)`` in the units
-    of the predictions per unit of the terms. The Cauchy loss is not convex: the search
+    x0)``; ``pred0`` and ``measured`` are ``(n, k)`` (the end-to-end fits: TTFT and TPOT,
+    ``k = 2``), ``jac`` is ``(n, k, m)`` in the units of the predictions per unit of the terms. The Cauchy loss is not convex: the search
     starts at the minimum of the convex :func:`soft_l1_loss` (an M-estimate started from a
     unique one), so the answer does not turn on ``x0``."""
     scale = np.where(upper > 0, upper, 1.0)
