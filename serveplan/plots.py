@@ -21,13 +21,29 @@ import numpy as np
 
 from serveplan.results_io import result_kind
 
-__all__ = ["PLOT_KINDS", "choose_kind", "context", "deployment_names", "goodput_bars",
-           "histograms", "instances", "latency_vs_rate", "log_axis", "outside_legend", "plot",
+__all__ = ["PLOT_KINDS", "PLOT_READS", "SLO_NUMBERS", "choose_kind", "context",
+           "deployment_names", "goodput_bars", "histograms", "instances", "json_attr",
+           "latency_vs_rate", "log_axis", "outside_legend", "plot",
            "series_styles", "slo_text"]
 
 PLOT_KINDS = {"latency-vs-rate": ("goodput", "sweep"), "histograms": ("simulate",),
               "bars": ("search",)}
 """Plot kind -> the result kinds it draws."""
+
+PLOT_READS = {
+    ("latency-vs-rate", "goodput"): dict(numbers=("rate", "ttft_p_s", "tpot_p_s"),
+                                         number_attrs=("goodput", "goodput_low",
+                                                       "goodput_high")),
+    ("latency-vs-rate", "sweep"): dict(numbers=("ttft_slo_p_s", "tpot_slo_p_s")),
+    ("histograms", "simulate"): dict(numbers=("ttft_s", "tpot_s")),
+    ("bars", "search"): dict(numbers=("gpus", "goodput", "goodput_low", "goodput_high"),
+                             texts=("status", "architecture", "name")),
+}
+"""What each plot kind reads of each result kind it draws
+(:func:`serveplan.results_io.check_variables`; a sweep's ``rate`` dim is checked by
+:func:`latency_vs_rate`, which says what it needs)."""
+SLO_NUMBERS = ("ttft_ms", "tpot_ms", "percentile", "attainment")
+"""The SLO entries a figure formats as numbers (each may be absent or null)."""
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
@@ -87,15 +103,42 @@ def deployment_names(dep) -> tuple[list[str], list[str]]:
                  for key in ("model", "gpu"))
 
 
+def json_attr(ds, name: str):
+    """The JSON text of the result's attribute ``name`` as a mapping ({} when absent); a
+    ValueError naming the attribute when it is not a JSON mapping (an edited file)."""
+    text = ds.attrs.get(name, "{}") or "{}"
+    try:
+        value = json.loads(text)
+    except (TypeError, json.JSONDecodeError) as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else "not text"
+        raise ValueError(f"attribute {name!r} is not JSON ({why}); was the file edited?") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"attribute {name!r} holds JSON {type(value).__name__}, not a mapping; "
+                         "was the file edited?")
+    return value
+
+
+def _checked_slo(slo, where: str) -> dict:
+    """``slo`` if it is a mapping whose :data:`SLO_NUMBERS` are numbers or null."""
+    if not isinstance(slo, dict):
+        raise ValueError(f"{where} is not a mapping of SLO goals; was the file edited?")
+    for key in SLO_NUMBERS:
+        value = slo.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"{where}: {key} is {json.dumps(value)}, not a number; was the "
+                             "file edited?")
+    return slo
+
+
 def _sources(ds) -> tuple[dict, dict, dict]:
     """``(deployment or search spec, slo, grid)`` mappings from a result's attributes."""
-    cfg = json.loads(ds.attrs.get("config", "{}") or "{}")
-    spec = json.loads(ds.attrs.get("spec", "{}") or "{}")
-    base = cfg.get("base") or cfg
-    slo = json.loads(ds.attrs["slo"]) if "slo" in ds.attrs else (base.get("slo") or
-                                                                  spec.get("slo") or {})
+    cfg, spec = json_attr(ds, "config"), json_attr(ds, "spec")
+    base = cfg["base"] if isinstance(cfg.get("base"), dict) else cfg
+    slo = (_checked_slo(json_attr(ds, "slo"), "attribute 'slo'") if "slo" in ds.attrs else
+           _checked_slo(base.get("slo") or spec.get("slo") or {}, "the SLO of its config"))
     dep = spec or base.get("deployment") or {}
-    return dep, slo or {}, cfg.get("grid") or {}
+    grid = cfg.get("grid")
+    return dep, slo or {}, grid if isinstance(grid, dict) else {}
 
 
 def context(ds, ttft_s: float | None = None, tpot_s: float | None = None) -> dict:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from numbers import Real
 from pathlib import Path
 
+import numpy as np
 import xarray as xr
 
 from serveplan.errors import UserError
@@ -176,12 +178,13 @@ def read_result(path: str | Path, kinds: tuple[str, ...], purpose: str) -> xr.Da
 
 def check_variables(ds: xr.Dataset, path: str | Path, purpose: str, *,
                     numbers: tuple[str, ...] = (), texts: tuple[str, ...] = (),
-                    attrs: tuple[str, ...] = ()) -> None:
+                    attrs: tuple[str, ...] = (), number_attrs: tuple[str, ...] = ()) -> None:
     """Refuse a result without a variable or attribute ``purpose`` reads, or with other
-    values than numbers where it reads numbers: one error naming the file and the name (a
-    file written by another serveplan version, or edited)."""
+    values than numbers where it reads numbers (``numbers``: variables, ``number_attrs``:
+    attributes): one error naming the file and the name (a file written by another
+    serveplan version, or edited)."""
     what = f"a {result_kind(ds) or 'serveplan'} result"
-    for name in attrs:
+    for name in (*attrs, *number_attrs):
         if name not in ds.attrs:
             raise UserError(f"{path}: {what} without its {name!r} attribute (written by "
                             f"another serveplan version, or edited?); {purpose} reads it")
@@ -194,6 +197,11 @@ def check_variables(ds: xr.Dataset, path: str | Path, purpose: str, *,
             held = _VALUE_WORDS.get(ds[name].dtype.kind, str(ds[name].dtype))
             raise UserError(f"{path}: variable {name!r} holds {held} values; {purpose} "
                             "reads numbers there")
+    for name in number_attrs:
+        value = ds.attrs[name]
+        if not isinstance(value, Real) or isinstance(value, bool | np.bool_):
+            raise UserError(f"{path}: attribute {name!r} is {value!r}, not a number; "
+                            f"{purpose} reads a number there")
 
 
 _VALUE_WORDS = {"U": "text", "S": "text", "O": "text (or mixed)", "b": "true/false",

@@ -234,6 +234,59 @@ def test_pareto_names_what_an_edited_result_lacks(sweep_ds, search_ds, tmp_path,
     assert f"error: {path}: " in r.stderr and message in " ".join(r.stderr.split())
 
 
+def _with_attrs(ds: xr.Dataset, **attrs) -> xr.Dataset:
+    out = ds.copy()
+    out.attrs = {**ds.attrs, **attrs}
+    return out
+
+
+@pytest.mark.parametrize(("which", "edit", "message"), [
+    ("sweep", lambda ds: ds.drop_vars("ttft_slo_p_s"),
+     "a sweep result without the variable 'ttft_slo_p_s' (written by another serveplan "
+     "version, or edited?); plot --kind latency-vs-rate reads it"),
+    ("sweep", lambda ds: ds.assign(tpot_slo_p_s=ds["tpot_slo_p_s"].astype(str)),
+     "variable 'tpot_slo_p_s' holds text values; plot --kind latency-vs-rate reads numbers"),
+    ("sweep", lambda ds: _with_attrs(ds, config="{broken"),
+     "attribute 'config' is not JSON (Expecting property name enclosed in double quotes); "
+     "was the file edited?"),
+    ("search", lambda ds: ds.drop_vars("goodput_low"),
+     "a search result without the variable 'goodput_low'"),
+    ("search", lambda ds: ds.assign(gpus=ds["gpus"].astype(str)),
+     "variable 'gpus' holds text values; plot --kind bars reads numbers there"),
+    ("search", lambda ds: _with_attrs(ds, spec="[1, 2]"),
+     "attribute 'spec' holds JSON list, not a mapping"),
+    ("search", lambda ds: _with_attrs(ds, slo='{"ttft_ms": "fast"}'),
+     'attribute \'slo\': ttft_ms is "fast", not a number'),
+])
+def test_plot_names_what_an_edited_result_lacks(sweep_ds, search_ds, tmp_path, which, edit,
+                                                message):
+    """plot reads per plot kind what pareto and export read: an edited result gets one
+    error naming the file and what is wrong, not xarray's KeyError, a JSON parser's
+    position or a format error's traceback."""
+    path = write_netcdf(edit(sweep_ds if which == "sweep" else search_ds),
+                        tmp_path / "edited.nc", kind=which)
+    r = CliRunner().invoke(app, ["plot", str(path), "-o", str(tmp_path / "p.png")])
+    assert r.exit_code == 1 and "Traceback" not in r.output and r.exception is not None
+    assert f"error: {path}: " in r.stderr and message in " ".join(r.stderr.split())
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_refuses_a_goodput_interval_that_is_not_a_number(tmp_path):
+    """A goodput result's interval is read from its attributes: text there is named."""
+    ds = xr.Dataset({name: (("rate", "est"), np.full((2, 3), 0.1)) for name in
+                     ("ttft_p_s", "tpot_p_s")}, coords={"rate": [1.0, 2.0]},
+                    attrs={"goodput": 1.5, "goodput_low": "1.2", "goodput_high": 1.8})
+    path = write_netcdf(ds, tmp_path / "g.nc", kind="goodput")
+    r = CliRunner().invoke(app, ["plot", str(path), "-o", str(tmp_path / "g.png")])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert ("attribute 'goodput_low' is '1.2', not a number; plot --kind latency-vs-rate "
+            "reads a number there") in " ".join(r.stderr.split())
+    ds.attrs["goodput_low"] = 1.2
+    r = CliRunner().invoke(app, ["plot", str(write_netcdf(ds, tmp_path / "h.nc", kind="goodput")),
+                                 "-o", str(tmp_path / "h.png")])
+    assert r.exit_code == 0 and (tmp_path / "h.png").stat().st_size > 0
+
+
 def test_export_names_an_edited_search_result(search_ds, tmp_path):
     """export reads rank, name and the ranked strategy's deployment (JSON text)."""
     no_rank = write_netcdf(search_ds.drop_vars("rank"), tmp_path / "a.nc", kind="search")

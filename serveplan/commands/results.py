@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -72,8 +73,9 @@ def pareto(
                      kind="pareto")
     if plot_path is not None:
         plot_path.parent.mkdir(parents=True, exist_ok=True)
-        plot_pareto(df, plot_path, ttft_max_s=ttft, min_tok_s_user=min_speed,
-                    title=context(ds)["title"])
+        with _naming(results):
+            title = context(ds)["title"]
+        plot_pareto(df, plot_path, ttft_max_s=ttft, min_tok_s_user=min_speed, title=title)
     console.print(_pareto_table(df, ttft, min_speed))
     if min_speed is not None:
         best = best_under_speed(df)
@@ -103,18 +105,29 @@ def plot(
                                       "(default: the file's slo.tpot_ms)."),
 ) -> None:
     """Draw a stored result."""
-    from serveplan.plots import choose_kind
+    from serveplan.plots import PLOT_READS, choose_kind
     from serveplan.plots import plot as draw
-    from serveplan.results_io import KINDS, read_result, result_kind
+    from serveplan.results_io import KINDS, check_variables, read_result, result_kind
 
     ds = read_result(results, tuple(KINDS), "plot")
+    with _naming(results):
+        chosen = choose_kind(kind, result_kind(ds))
+    check_variables(ds, results, f"plot --kind {chosen}",
+                    **PLOT_READS.get((chosen, result_kind(ds)), {}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _naming(results):
+        drawn = draw(ds, chosen, out, ttft_s=ttft, tpot_s=tpot)
+    wide_console().print(f"wrote {out} ({drawn})")
+
+
+@contextmanager
+def _naming(results: Path):
+    """A ValueError of reading ``results`` (a value the file should not hold, a plot kind
+    that does not draw it) as one error naming the file."""
     try:
-        choose_kind(kind, result_kind(ds))
+        yield
     except ValueError as exc:
         raise UserError(f"{results}: {exc}") from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    drawn = draw(ds, kind, out, ttft_s=ttft, tpot_s=tpot)
-    wide_console().print(f"wrote {out} ({drawn})")
 
 
 def _ranked_deployment(results: Path, rank: int) -> dict:
