@@ -1,7 +1,8 @@
-"""Cases of the ``serveplan compare`` fuzz (:mod:`test_fuzz`): a real benchmark result of
-each tool the comparator reads, one of its files damaged the way files get damaged -- a
-key deleted, a value of the wrong type, huge, negative, NaN or infinite, a list cut short,
-the file truncated mid-way -- then compared against a small deployment.
+"""Cases of the ``serveplan compare`` and ``calibrate --runs`` fuzz (:mod:`test_fuzz`): a
+real benchmark result of each tool the comparator reads, one of its files damaged the way
+files get damaged -- a key deleted, a value of the wrong type, huge, negative, NaN or
+infinite, a list cut short, the file truncated mid-way -- then compared against a small
+deployment, or the runtime terms fitted to it on that deployment.
 
 The fixtures are the readers' own test files (``tests/data/runs``, the example vLLM
 result) and an ``sglang.bench_serving`` line and genai-perf export written from the
@@ -35,6 +36,8 @@ FIXTURES = (RUNS / "vllm_detailed.json", RUNS / "vllm_summary.json", RUNS / "vll
 JUNK = (None, "x", "", -1, 0, 1e308, -1e-9, 2**63, 10**12, 10**400, math.nan, math.inf,
         -math.inf, True, [], {}, [1, "a"], "1e3")
 FLAGS = ("--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--json")
+FIT_FLAGS = ("--max-evals", "4", "--out", "{out}")
+"""``calibrate --runs``: a few simulations per fit (the readers are under test, not the fit)."""
 
 
 def written(name: str, folder: Path) -> Path:
@@ -122,9 +125,18 @@ def compare_cases(draw) -> Case:
         "fixture": str(fixture), "seed": seed})
 
 
-def run_compare_case(case: Case, folder: Path) -> dict | None:
+@st.composite
+def calibrate_cases(draw) -> Case:
+    fixture = draw(st.sampled_from(FIXTURES))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return Case("calibrate", ["calibrate", "--runs", "{run}", *FLAGS, *FIT_FLAGS], context={
+        "fixture": str(fixture), "seed": seed})
+
+
+def run_result_case(case: Case, folder: Path) -> dict | None:
     """Copy the case's fixture under ``folder``, damage one of its files (recording the
-    bytes in ``case.files``), compare it and check the outcome (raises ``Finding``)."""
+    bytes in ``case.files``), run the case's command on it and check the outcome (raises
+    ``Finding``)."""
     folder.mkdir(parents=True, exist_ok=True)
     fixture = case.context["fixture"]
     target = _copy(Path(fixture) if "/" in fixture else fixture, folder)
@@ -133,6 +145,6 @@ def run_compare_case(case: Case, folder: Path) -> dict | None:
     victim = rng.choice(files)
     victim.write_text(damaged(victim.read_text(), victim.suffix, rng))
     case.files = {str(victim.relative_to(folder)): victim.read_bytes()}
-    args = [str(target) if a == "{run}" else a for a in case.args]
-    outcome = fuzz_cases.last_outcome = invoke(args)
-    return check_outcome(outcome, "compare", json_out=True)
+    paths = {"{run}": str(target), "{out}": str(folder / "fitted-runtime.json")}
+    outcome = fuzz_cases.last_outcome = invoke([paths.get(a, a) for a in case.args])
+    return check_outcome(outcome, case.command, json_out=True)

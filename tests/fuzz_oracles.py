@@ -495,8 +495,28 @@ def sane_compare(c: dict | list, ctx: dict, o: Outcome) -> None:
             _need(sent[0] == sent[1], f"{w}: replayed requests != the run's", o)
 
 
+def sane_calibrate(c: dict, ctx: dict, o: Outcome) -> None:
+    """Every term finite, >= 0 and within its bound (the step overhead may be null: the GPU
+    profile's); every error finite or null; the profile written and loadable."""
+    from serveplan.estimator.runtime import load_runtime_profile
+    from serveplan.estimator.runtime_fit import TERM_SCALES
+
+    w = "calibrate --runs"
+    terms = c.get("terms")
+    _need(isinstance(terms, dict) and bool(terms), f"{w}: exit 0 with no terms", o)
+    for name, value in terms.items():
+        _need(value is None if not _finite(value) else 0 <= value <= TERM_SCALES.get(
+            name, (0, math.inf))[1], f"{w}: term {name} not finite, negative or unbounded", o)
+    errors = [*c.get("median_abs_err_before", []), *c.get("median_abs_err_after", []),
+              *(v for row in c.get("leave_one_run_out", []) for k, v in row.items()
+                if k != "run")]
+    _need(all(e is None or _finite(e) for e in errors), f"{w}: an error not finite or null", o)
+    load_runtime_profile("vllm", c["out"])  # raises if the written profile is unreadable
+
+
 SANITY = {"simulate": sane_simulate, "goodput": sane_goodput, "search": sane_search,
-          "estimate": sane_estimate, "memory": sane_memory, "compare": sane_compare}
+          "estimate": sane_estimate, "memory": sane_memory, "compare": sane_compare,
+          "calibrate": sane_calibrate}
 
 
 # ============================================================================ the case record
