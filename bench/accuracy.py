@@ -42,6 +42,8 @@ import pandas as pd
 from accuracy_batch_calib import calibrated_lomo
 from accuracy_static import static_level, static_markdown
 
+from serveplan.batch_calibrate import batch_latency
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 RESULTS = REPO / "bench" / "results"
@@ -232,15 +234,6 @@ def transfer() -> dict:
 
 
 # ------------------------------------------------------------------------------ batch level
-
-def batch_latency(oracle, batch: int, input_len: int, output_len: int) -> float:
-    """One prefill step of the whole batch, then ``output_len - 1`` decode steps."""
-    t = float(oracle.prefill_time(batch, input_len))
-    if output_len > 1:
-        ctx = input_len + np.arange(output_len - 1)
-        t += float(np.sum(oracle.decode_time(np.full(output_len - 1, batch), ctx)))
-    return t
-
 
 def batch_level() -> dict:
     from serveplan.estimator.ground_truth import load_argonne

@@ -1,5 +1,5 @@
-"""The Argonne runs' step terms as ``bench/accuracy_batch_calib.py`` fits them: the
-latency slopes against the oracle itself, and the fit against runs made by hand."""
+"""The Argonne runs' step terms as ``bench/accuracy_batch_calib.py`` fits them, leave one
+model out, against runs made by hand."""
 
 from __future__ import annotations
 
@@ -58,21 +58,3 @@ def test_sync_is_not_fitted_without_both_tp_1_and_tp_above_1(calib):
     rows = pd.DataFrame(_runs("7b", 32, (4,), 1.5e-3, 45e-6))
     step, sync = calib.fit_cluster(rows)
     assert (step, sync) == (pytest.approx(1.5e-3 + 32 * 45e-6, rel=1e-3), 0.0)
-
-
-def test_step_overhead_slope_is_the_oracles(calib, monkeypatch):
-    """The slope the fit uses -- a batch's latency moves by its output length per second
-    of step overhead -- is what the oracle does: its batch of 8 x (256 in, 64 out) priced
-    with a 2.5 ms step overhead instead of the profile's is 64 x (2.5 ms - profile's)
-    slower."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
-    from accuracy import batch_latency
-
-    from serveplan.estimator.oracle import CostOracle
-
-    oracle = CostOracle("meta-llama/Llama-2-7b-hf", "h100", tp=1, dtype="fp16", kv_dtype="fp16")
-    base = batch_latency(oracle, 8, 256, 64)
-    slower = batch_latency(oracle.with_runtime(step_overhead_s=2.5e-3), 8, 256, 64)
-    row = pd.DataFrame([{"output_len": 64, "layers": 32, "tp": 1}])
-    assert slower - base == pytest.approx(
-        calib.latency_slopes(row)[0, 0] * (2.5e-3 - oracle.profile_step_overhead_s), rel=1e-6)

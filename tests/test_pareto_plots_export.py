@@ -207,68 +207,51 @@ def test_min_speed_changes_the_table(sweep_ds, tmp_path):
     assert rows[True] and rows[True] < rows[False]
 
 
-def _without_spec(ds: xr.Dataset) -> xr.Dataset:
+def _attrs(ds: xr.Dataset, drop: str | None = None, **values) -> xr.Dataset:
+    """``ds`` with the attribute ``drop`` removed and ``values`` set."""
     out = ds.copy()
-    out.attrs = {k: v for k, v in ds.attrs.items() if k != "spec"}
+    out.attrs = {**{k: v for k, v in ds.attrs.items() if k != drop}, **values}
     return out
 
 
-@pytest.mark.parametrize(("which", "edit", "message"), [
-    ("sweep", lambda ds: ds.drop_vars("arrival_rate"),
+@pytest.mark.parametrize(("command", "which", "edit", "message"), [
+    ("pareto", "sweep", lambda ds: ds.drop_vars("arrival_rate"),
      "a sweep result without the variable 'arrival_rate' (written by another serveplan "
      "version, or edited?); pareto reads it"),
-    ("sweep", lambda ds: ds.assign(gpus=ds["gpus"].astype(str)),
+    ("pareto", "sweep", lambda ds: ds.assign(gpus=ds["gpus"].astype(str)),
      "variable 'gpus' holds text values; pareto reads numbers there"),
-    ("search", _without_spec,
+    ("pareto", "search", lambda ds: _attrs(ds, drop="spec"),
      "a search result without its 'spec' attribute (written by another serveplan version, "
      "or edited?); pareto reads it"),
-])
-def test_pareto_names_what_an_edited_result_lacks(sweep_ds, search_ds, tmp_path, which, edit,
-                                                  message):
-    """A result edited (or written by another version) without what pareto reads: one
-    error naming the file and the variable, not xarray's KeyError or a format error."""
-    path = write_netcdf(edit(sweep_ds if which == "sweep" else search_ds),
-                        tmp_path / "edited.nc", kind=which)
-    r = CliRunner().invoke(app, ["pareto", str(path)])
-    assert r.exit_code == 1 and "Traceback" not in r.output
-    assert f"error: {path}: " in r.stderr and message in " ".join(r.stderr.split())
-
-
-def _with_attrs(ds: xr.Dataset, **attrs) -> xr.Dataset:
-    out = ds.copy()
-    out.attrs = {**ds.attrs, **attrs}
-    return out
-
-
-@pytest.mark.parametrize(("which", "edit", "message"), [
-    ("sweep", lambda ds: ds.drop_vars("ttft_slo_p_s"),
+    ("plot", "sweep", lambda ds: ds.drop_vars("ttft_slo_p_s"),
      "a sweep result without the variable 'ttft_slo_p_s' (written by another serveplan "
      "version, or edited?); plot --kind latency-vs-rate reads it"),
-    ("sweep", lambda ds: ds.assign(tpot_slo_p_s=ds["tpot_slo_p_s"].astype(str)),
+    ("plot", "sweep", lambda ds: ds.assign(tpot_slo_p_s=ds["tpot_slo_p_s"].astype(str)),
      "variable 'tpot_slo_p_s' holds text values; plot --kind latency-vs-rate reads numbers"),
-    ("sweep", lambda ds: _with_attrs(ds, config="{broken"),
+    ("plot", "sweep", lambda ds: _attrs(ds, config="{broken"),
      "attribute 'config' is not JSON (Expecting property name enclosed in double quotes); "
      "was the file edited?"),
-    ("search", lambda ds: ds.drop_vars("goodput_low"),
+    ("plot", "search", lambda ds: ds.drop_vars("goodput_low"),
      "a search result without the variable 'goodput_low'"),
-    ("search", lambda ds: ds.assign(gpus=ds["gpus"].astype(str)),
+    ("plot", "search", lambda ds: ds.assign(gpus=ds["gpus"].astype(str)),
      "variable 'gpus' holds text values; plot --kind bars reads numbers there"),
-    ("search", lambda ds: _with_attrs(ds, spec="[1, 2]"),
+    ("plot", "search", lambda ds: _attrs(ds, spec="[1, 2]"),
      "attribute 'spec' holds JSON list, not a mapping"),
-    ("search", lambda ds: _with_attrs(ds, slo='{"ttft_ms": "fast"}'),
+    ("plot", "search", lambda ds: _attrs(ds, slo='{"ttft_ms": "fast"}'),
      'attribute \'slo\': ttft_ms is "fast", not a number'),
 ])
-def test_plot_names_what_an_edited_result_lacks(sweep_ds, search_ds, tmp_path, which, edit,
-                                                message):
-    """plot reads per plot kind what pareto and export read: an edited result gets one
-    error naming the file and what is wrong, not xarray's KeyError, a JSON parser's
-    position or a format error's traceback."""
+def test_edited_results_get_one_error_naming_what_they_lack(sweep_ds, search_ds, tmp_path,
+                                                           command, which, edit, message):
+    """A result edited (or written by another version) without what pareto or a plot kind
+    reads: one error naming the file and what is wrong, not xarray's KeyError, a JSON
+    parser's position or a format error's traceback; no figure written."""
     path = write_netcdf(edit(sweep_ds if which == "sweep" else search_ds),
                         tmp_path / "edited.nc", kind=which)
-    r = CliRunner().invoke(app, ["plot", str(path), "-o", str(tmp_path / "p.png")])
-    assert r.exit_code == 1 and "Traceback" not in r.output and r.exception is not None
+    png = tmp_path / "p.png"
+    r = CliRunner().invoke(app, [command, str(path), *(["-o", str(png)] if command == "plot"
+                                                       else [])])
+    assert r.exit_code == 1 and "Traceback" not in r.output and not png.exists()
     assert f"error: {path}: " in r.stderr and message in " ".join(r.stderr.split())
-    assert not (tmp_path / "p.png").exists()
 
 
 def test_plot_refuses_a_goodput_interval_that_is_not_a_number(tmp_path):

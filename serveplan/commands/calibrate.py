@@ -124,6 +124,18 @@ def _run_cases(runs: list[Path], flags: dict, sets: list[str] | None, fmt) -> li
     return cases
 
 
+BatchRuns = Annotated[Path | None, typer.Option(
+    "--batch-runs", help="Fit a node's step overhead and tensor-parallel synchronisation to "
+    "fixed-batch latency runs instead: a YAML manifest (gpu, engine, runs: [{latency: FILE "
+    "from vllm bench latency --output-json, or latency_s; model, tp, batch_size, input_len, "
+    "output_len}]; runs at TP 1 and TP > 1 tell the two apart; docs/runtime.md).")]
+BenchRuns = Annotated[list[Path] | None, typer.Option(
+    "--runs", help="Fit the engine's runtime terms instead, to benchmark results (as "
+    "`serveplan compare` reads them; repeatable) on the deployment of the flags below, or a "
+    "YAML manifest `runs: [{result: FILE, deployment: {...}}]` for runs on different "
+    "deployments (a TP-sync term needs runs at TP 1 and TP > 1).")]
+MaxEvals = Annotated[int, typer.Option(
+    "--max-evals", min=1, max=10_000, help="With --runs: simulations the fit may spend per fit.")]
 FitTerms = Annotated[str | None, typer.Option(
     "--terms", help="With --runs: the runtime terms to fit, comma-separated (default: "
     "frontend_output_s, frontend_prompt_token_s, frontend_output_per_token_s, "
@@ -181,6 +193,34 @@ def _calibrate_runs(runs: list[Path], out: Path, flags: dict, sets, fmt, max_eva
                   f"runtime_profile: {out} in a pool", highlight=False)
 
 
+def _calibrate_batches(manifest: Path, out: Path, as_json: bool) -> None:
+    from serveplan.batch_calibrate import calibrate_batches
+
+    if not manifest.is_file():
+        raise UserError(f"--batch-runs: {manifest} is not a file")
+    report = calibrate_batches(manifest, out)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=float))
+        return
+    table = Table(title=f"step terms from {len(report['runs'])} fixed-batch run(s) -> {out}")
+    for col in ("run", "model", "tp", "measured s", "err before", "err fitted",
+                f"err held out (by {report['held_out_by']})"):
+        table.add_column(col, justify="left" if col in ("run", "model") else "right")
+    pct = lambda x: "-" if x is None else f"{x:+.1%}"  # noqa: E731
+    for r in report["runs"]:
+        table.add_row(r["run"], r["model"], str(r["tp"]), f"{r['measured_s']:.4g}",
+                      pct(r["err_before"]), pct(r["err_fitted"]), pct(r["err_held_out"]))
+    console = wide_console()
+    console.print(table)
+    t = report["terms"]
+    console.print(f"step_overhead_s = {t['step_overhead_s'] * 1e3:.3g} ms a step (the GPU "
+                  f"profile's {report['profile_step_overhead_s'] * 1e3:.3g} ms), "
+                  f"tp_sync_per_layer_s = {t['tp_sync_per_layer_s'] * 1e6:.3g} us a layer at "
+                  "tp > 1", highlight=False)
+    console.print(f"use it with: runtime_profile: {out} in a deployment, or serveplan "
+                  f"compare RESULT ... --runtime-profile {out}", highlight=False)
+
+
 def _calibrate_ops(a: dict) -> None:
     """Fit a GPU profile to op measurements (the command's arguments ``a``)."""
     from serveplan.estimator import calibrate as cal
@@ -214,11 +254,8 @@ def calibrate(
         None, help="Measurement files: CSV/Parquet in the schema of docs/measurements.md.",
         show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="Profile JSON to write."),
-    runs: list[Path] = typer.Option(
-        [], "--runs", help="Fit the engine's runtime terms instead, to benchmark results "
-        "(as `serveplan compare` reads them; repeatable) on the deployment of the flags "
-        "below, or a YAML manifest `runs: [{result: FILE, deployment: {...}}]` for runs on "
-        "different deployments (a TP-sync term needs runs at TP 1 and TP > 1)."),
+    batch_runs: BatchRuns = None,
+    runs: BenchRuns = None,
     deployment: F.DeploymentFile = None,
     model: F.Model = None,
     tp: F.TP = 1,
@@ -234,8 +271,7 @@ def calibrate(
     fmt: F.Format = None,
     seed: F.Seed = 0,
     set_: F.Sets = None,
-    max_evals: int = typer.Option(40, "--max-evals", min=1, max=10_000,
-                                  help="With --runs: simulations the fit may spend per fit."),
+    max_evals: MaxEvals = 40,
     terms: FitTerms = None,
     gpu: str | None = typer.Option(
         None, "--gpu", "-g", help="GPU the measurements were taken on (catalog name or YAML); "
@@ -259,12 +295,23 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="Print the fit summary as JSON."),
 ) -> None:
     """Fit roofline constants and residual correctors to op measurements of one GPU; with
-    --runs, an engine's runtime terms to your benchmark results."""
-    if terms is not None and not runs:
-        raise UserError("--terms goes with --runs (the runtime terms fitted to your runs)")
+    --runs, an engine's runtime terms to your benchmark results; with --batch-runs, a
+    node's step terms to fixed-batch latency runs."""
+    _one_source(files or measurements or aiconfigurator or vidur, runs, batch_runs, terms)
+    if batch_runs is not None:
+        return _calibrate_batches(batch_runs, out, as_json)
     if runs:
-        if files or measurements or aiconfigurator or vidur:
-            raise UserError("--runs: give benchmark results or op measurements, not both")
         return _calibrate_runs(runs, out, locals(), set_, fmt, max_evals, seed, as_json,
                                _term_names(terms))
     _calibrate_ops(locals())
+
+
+def _one_source(ops, runs, batch_runs, terms) -> None:
+    """Refuse op measurements, benchmark results and fixed-batch runs given together."""
+    if terms is not None and not runs:
+        raise UserError("--terms goes with --runs (the runtime terms fitted to your runs)")
+    if batch_runs is not None and (runs or ops):
+        raise UserError("--batch-runs: give fixed-batch runs alone (not with --runs or op "
+                        "measurements)")
+    if runs and ops:
+        raise UserError("--runs: give benchmark results or op measurements, not both")
