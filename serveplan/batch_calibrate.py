@@ -198,15 +198,21 @@ def _price(run: BatchRun, i: int, manifest: BatchManifest, path: Path, profile):
 def price_runs(path: Path, manifest: BatchManifest) -> PricedRuns:
     """Each run of ``manifest`` (read from ``path``) with its latency read and priced by
     the oracle."""
+    from serveplan.estimator.catalog import resolve_gpu
     from serveplan.estimator.profile import load_profile
+    from serveplan.estimator.specs import SpecError
 
     profile_ref = manifest.profile
     if profile_ref is not None and (path.parent / profile_ref).exists():
         profile_ref = str(path.parent / profile_ref)
     try:
+        resolve_gpu(manifest.gpu)
+    except (SpecError, KeyError, ValueError) as exc:
+        raise UserError(f"{path}: gpu: {str(exc).strip(chr(39))}") from None
+    try:
         profile = load_profile(manifest.gpu, profile_ref)
-    except (ValueError, KeyError, OSError) as exc:
-        raise UserError(f"{path}: gpu / profile: {exc}") from None
+    except (SpecError, ValueError, OSError) as exc:
+        raise UserError(f"{path}: profile: {exc}") from None
     labels, models, oracles, cols = [], [], [], []
     for i, run in enumerate(manifest.runs):
         measured = (run.latency_s if run.latency is None
@@ -247,11 +253,17 @@ def calibrate_batches(path: Path, out: Path) -> dict:
     runs = price_runs(path, manifest)
     terms = runs.fit()
     held, how = held_out(runs)
+    _, skipped = identifiable(STEP_TERMS, runs.tp)
+    notes = [f"{name} not fitted: it {why}" for name, why in skipped.items()]
+    notes += [f"{name} is at its bound ({TERM_SCALES[name][1] * 1e3:g} ms): the runs ask for "
+              "more time per step than the term may carry; check each run's batch size, "
+              "lengths, model and tp" for name, value in zip(STEP_TERMS, terms, strict=True)
+              if value >= TERM_SCALES[name][1] * (1 - 1e-6)]
     rel = lambda pred: pred / runs.measured_s - 1.0  # noqa: E731
     report = {"out": str(out), "engine": manifest.engine, "gpu": manifest.gpu,
               "terms": dict(zip(STEP_TERMS, map(float, terms), strict=True)),
               "profile_step_overhead_s": runs.profile_step_overhead_s,
-              "held_out_by": how,
+              "held_out_by": how, "notes": notes,
               "runs": [{"run": lab, "model": m, "tp": int(t), "measured_s": float(ms),
                         "err_before": float(b), "err_fitted": float(f),
                         "err_held_out": None if not np.isfinite(h) else float(h)}

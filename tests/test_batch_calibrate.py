@@ -152,3 +152,17 @@ def test_cli_writes_the_profile_and_prints_the_runs(tmp_path):
     r = CliRunner().invoke(app, ["calibrate", "--batch-runs", str(tmp_path / "nope.yaml"),
                                  "-o", str(out)])
     assert r.exit_code == 1 and "is not a file" in r.stderr and "Traceback" not in r.output
+
+
+def test_what_the_runs_cannot_tell_is_said(tmp_path):
+    """Runs at TP 4 alone cannot separate the synchronisation from the step overhead (it is
+    not fitted, and the report says why); a run 20x slower than its batch asks for more
+    than the step overhead's bound (10 ms), which is said rather than passed off as a fit."""
+    path = _manifest(tmp_path, [60.0], [("llama-3.1-8b", 4, 4, 64, 512)])
+    report = calibrate_batches(path, tmp_path / "o.json")
+    assert report["terms"] == {"step_overhead_s": pytest.approx(10e-3),
+                               "tp_sync_per_layer_s": 0.0}
+    assert report["notes"][0].startswith("tp_sync_per_layer_s not fitted: it needs runs at "
+                                         "tensor-parallel size 1 and > 1")
+    assert report["notes"][1].startswith("step_overhead_s is at its bound (10 ms)")
+    assert report["runs"][0]["err_held_out"] is None  # a lone run: nothing to hold out

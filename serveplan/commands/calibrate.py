@@ -217,6 +217,8 @@ def _calibrate_batches(manifest: Path, out: Path, as_json: bool) -> None:
                   f"profile's {report['profile_step_overhead_s'] * 1e3:.3g} ms), "
                   f"tp_sync_per_layer_s = {t['tp_sync_per_layer_s'] * 1e6:.3g} us a layer at "
                   "tp > 1", highlight=False)
+    for note in report["notes"]:
+        console.print(f"note: {note}", highlight=False)
     console.print(f"use it with: runtime_profile: {out} in a deployment, or serveplan "
                   f"compare RESULT ... --runtime-profile {out}", highlight=False)
 
