@@ -2,7 +2,9 @@
 real benchmark result of each tool the comparator reads, one of its files damaged the way
 files get damaged -- a key deleted, a value of the wrong type, huge, negative, NaN or
 infinite, a list cut short, the file truncated mid-way -- then compared against a small
-deployment, or the runtime terms fitted to it on that deployment.
+deployment, or the runtime terms fitted to it on that deployment. And ``calibrate
+--batch-runs`` on the example manifest of fixed-batch runs, mutated as the config fuzz
+mutates YAML files (:func:`fuzz_cases.config_bytes`).
 
 The fixtures are the readers' own test files (``tests/data/runs``, the example vLLM
 result) and an ``sglang.bench_serving`` line and genai-perf export written from the
@@ -36,6 +38,7 @@ FIXTURES = (RUNS / "vllm_detailed.json", RUNS / "vllm_summary.json", RUNS / "vll
 JUNK = (None, "x", "", -1, 0, 1e308, -1e-9, 2**63, 10**12, 10**400, math.nan, math.inf,
         -math.inf, True, [], {}, [1, "a"], "1e3")
 FLAGS = ("--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--json")
+BATCH_MANIFEST = EXAMPLES / "batch-runs-h100-vllm.yaml"
 FIT_FLAGS = ("--max-evals", "4", "--out", "{out}")
 """``calibrate --runs``: a few simulations per fit (the readers are under test, not the fit)."""
 
@@ -131,6 +134,24 @@ def calibrate_cases(draw) -> Case:
     seed = draw(st.integers(0, 2**32 - 1))
     return Case("calibrate", ["calibrate", "--runs", "{run}", *FLAGS, *FIT_FLAGS], context={
         "fixture": str(fixture), "seed": seed})
+
+
+@st.composite
+def batch_cases(draw) -> Case:
+    base = yaml.safe_load(BATCH_MANIFEST.read_text())
+    manifest = draw(fuzz_cases.config_bytes(base, max_mutations=draw(st.sampled_from(
+        [0, 1, 1, 2, 3]))))
+    return Case("calibrate-batch", ["calibrate", "--batch-runs", "{cfg}", "--out", "{out}",
+                                    "--json"], {"{cfg}": manifest})
+
+
+def run_batch_case(case: Case, folder: Path) -> dict | None:
+    """Write the case's manifest under ``folder``, fit it and check the outcome."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "node.yaml").write_bytes(case.files["{cfg}"])
+    paths = {"{cfg}": str(folder / "node.yaml"), "{out}": str(folder / "node-vllm.json")}
+    outcome = fuzz_cases.last_outcome = invoke([paths.get(a, a) for a in case.args])
+    return check_outcome(outcome, case.command, json_out=True)
 
 
 def run_result_case(case: Case, folder: Path) -> dict | None:

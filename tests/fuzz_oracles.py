@@ -514,9 +514,28 @@ def sane_calibrate(c: dict, ctx: dict, o: Outcome) -> None:
     load_runtime_profile("vllm", c["out"])  # raises if the written profile is unreadable
 
 
+def sane_batch(c: dict, ctx: dict, o: Outcome) -> None:
+    """Both step terms finite, >= 0 and within their bounds; every run's errors finite (the
+    held-out one may be null); the profile written and loadable."""
+    from serveplan.estimator.runtime import load_runtime_profile
+    from serveplan.estimator.runtime_fit import TERM_SCALES
+
+    w = "calibrate --batch-runs"
+    terms = c.get("terms") or {}
+    _need(set(terms) == {"step_overhead_s", "tp_sync_per_layer_s"}, f"{w}: terms missing", o)
+    _need(all(_finite(v) and 0 <= v <= TERM_SCALES[k][1] for k, v in terms.items()),
+          f"{w}: a term not finite, negative or beyond its bound", o)
+    runs = c.get("runs") or []
+    _need(bool(runs), f"{w}: exit 0 with no runs", o)
+    _need(all(_finite(r[k]) for r in runs for k in ("measured_s", "err_before", "err_fitted"))
+          and all(r["err_held_out"] is None or _finite(r["err_held_out"]) for r in runs),
+          f"{w}: an error not finite", o)
+    load_runtime_profile(c["engine"], c["out"])  # raises if the written profile is unreadable
+
+
 SANITY = {"simulate": sane_simulate, "goodput": sane_goodput, "search": sane_search,
           "estimate": sane_estimate, "memory": sane_memory, "compare": sane_compare,
-          "calibrate": sane_calibrate}
+          "calibrate": sane_calibrate, "calibrate-batch": sane_batch}
 
 
 # ============================================================================ the case record

@@ -2,12 +2,12 @@
 negative, huge, ``inf`` and ``nan`` options, example YAML files with values of the wrong
 type, missing or unknown fields, binary junk, and ``--set`` overrides with random dotted
 paths; and benchmark results damaged inside (:mod:`fuzz_compare_cases`) for ``compare``
-and ``calibrate --runs``.
+and ``calibrate --runs``, and mutated manifests for ``calibrate --batch-runs``.
 Every case ends with exit 0 and sane output, or exit 1 with a few ``error:`` lines
 (or click's usage message, exit 2) -- never a traceback (:mod:`fuzz_oracles` says what
 "sane" means and how a case is run).
 
-``make test`` runs a small derandomized sample (the ``serveplan-fuzz-ci`` profile, ~82
+``make test`` runs a small derandomized sample (the ``serveplan-fuzz-ci`` profile, ~88
 cases). ``make fuzz`` sets ``SERVEPLAN_FUZZ_EXAMPLES`` (the total number of cases, split
 over the commands by :data:`WEIGHTS`) and runs the randomized ``serveplan-fuzz`` profile;
 ``SERVEPLAN_FUZZ_LOG=FILE`` also appends every finding to FILE as JSON lines.
@@ -35,15 +35,21 @@ from fuzz_cases import (
     known_bug,
     run_case,
 )
-from fuzz_compare_cases import calibrate_cases, compare_cases, run_result_case
+from fuzz_compare_cases import (
+    batch_cases,
+    calibrate_cases,
+    compare_cases,
+    run_batch_case,
+    run_result_case,
+)
 from hypothesis import HealthCheck, Phase, event, given, settings
 
 FUZZ_TOTAL = int(os.environ.get("SERVEPLAN_FUZZ_EXAMPLES") or 0)
 FUZZ_LOG = os.environ.get("SERVEPLAN_FUZZ_LOG")
 WEIGHTS = {"estimate": 0.2, "memory": 0.15, "simulate": 0.3, "goodput": 0.1, "search": 0.15,
-           "compare": 0.1, "calibrate": 0.05}
+           "compare": 0.1, "calibrate": 0.05, "calibrate-batch": 0.05}
 CI_EXAMPLES = {"estimate": 12, "memory": 12, "simulate": 20, "goodput": 8, "search": 8,
-               "compare": 16, "calibrate": 6}
+               "compare": 16, "calibrate": 6, "calibrate-batch": 6}
 
 _COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
 settings.register_profile("serveplan-fuzz-ci", derandomize=True, database=None, **_COMMON)
@@ -70,7 +76,8 @@ def workdir(tmp_path_factory):
 def _check(case: Case, workdir) -> None:
     """Run ``case``; a known finding passes, a new one fails as its own exception type
     (so hypothesis shrinks and reports each distinct bug)."""
-    run = run_result_case if case.command in ("compare", "calibrate") else run_case
+    run = {"compare": run_result_case, "calibrate": run_result_case,
+           "calibrate-batch": run_batch_case}.get(case.command, run_case)
     try:
         run(case, workdir / f"case{next(_counter)}")
     except Finding as f:
@@ -129,6 +136,12 @@ def test_fuzz_compare(case, workdir, sim_compiled):
 @settings(PROFILE, max_examples=examples("calibrate"))
 @given(case=calibrate_cases())
 def test_fuzz_calibrate_runs(case, workdir, sim_compiled):
+    _check(case, workdir)
+
+
+@settings(PROFILE, max_examples=examples("calibrate-batch"))
+@given(case=batch_cases())
+def test_fuzz_calibrate_batch_runs(case, workdir):
     _check(case, workdir)
 
 
