@@ -54,6 +54,8 @@ def _clean(err: dict, tags: Mapping[str, tuple[str, ...]]) -> tuple[tuple, tuple
         else:
             loc.append(part)
     msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    if err.get("type") == "model_type":  # pydantic names its class: say what the file needs
+        msg = "expected a mapping of fields (name: value)"
     if loc:  # a validator's message that repeats its field
         msg = msg.removeprefix(f"{loc[-1]}: ")
     if err.get("type") == "union_tag_not_found" and isinstance(err.get("input"), dict):

@@ -111,3 +111,15 @@ def test_another_engines_runtime_profile_is_refused(tmp_path):
         load_runtime_profile("vllm", path)
     assert str(err.value) == (f"runtime_profile: {path} is a runtime profile of sglang, "
                               "not of vllm (the engine it was given for)")
+
+
+def test_a_value_where_a_mapping_belongs_says_so_not_the_class(tmp_path):
+    """A pool given as a number: pydantic's message names its own class
+    ("... instance of PoolConfig"); the user is told a mapping of fields belongs there."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("deployment:\n  pools:\n    - 5\n"
+                    "workload: {kind: poisson, rate: 1, num_requests: 10}\n")
+    r = CliRunner().invoke(app, ["simulate", str(path)])
+    assert r.exit_code == 1
+    assert r.stderr.strip() == (f"error: deployment.pools[0]: expected a mapping of fields "
+                                f"(name: value) (got 5) ({path} line 3)")
