@@ -23,8 +23,8 @@ Batch level (Argonne LLM-Inference-Bench fixed-batch runs, vLLM and TensorRT-LLM
 and H100): batch latency predicted as one prefill step of the whole batch plus
 ``output_len - 1`` decode steps through the CostOracle with the shipped profile of the
 engine (nothing fitted to these runs), and again with the engine's step terms calibrated
-on the same node's runs of the other models (``accuracy_batch_calib``). A100 runs are A100-SXM4-40GB (ALCF
-Polaris): the a100-80gb profile (same chip) on the a100-40gb peaks.
+on the same node's runs of the other models (``accuracy_batch_calib``). A100 runs are
+A100-SXM4-40GB (ALCF Polaris): the a100-80gb profile (same chip) on the a100-40gb peaks.
 """
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ def _batch_markdown(batch: dict) -> list[str]:
          "(b), (c): as above, nothing fitted to these runs. (d): (c) plus the step overhead "
          "and tensor-parallel synchronisation fitted on the same engine and GPU's runs of "
          "the other models (leave-one-model-out; `bench/accuracy_batch_calib.py`): what "
-         "`serveplan calibrate --runs` does with a cluster's own runs, checked on a model "
+         "`serveplan calibrate --batch-runs` does with a node's own runs, checked on a model "
          "the fit never saw.", "",
          "| engine | GPU | tp | fits KV | runs | (b) med | (b) p95 | (c) med | (c) p95 | "
          "(c) median signed | (d) med | (d) median signed |",

@@ -282,6 +282,14 @@ class RuntimeProfile(BaseModel):
     domain: FitDomain | None = Field(
         None, description="the measured runs the terms were fitted on (none: not recorded)")
 
+    def fitted_json(self, terms: RuntimeTerms, provenance: dict[str, Any],
+                    domain: FitDomain) -> str:
+        """This profile (its versions and defaults) with ``terms`` fitted on the runs of
+        ``domain``, as the JSON ``runtime_profile:`` / ``--runtime-profile`` load."""
+        prof = self.model_copy(update={"terms": terms, "provenance": provenance,
+                                       "domain": domain})
+        return json.dumps(prof.model_dump(mode="json"), indent=2, default=float) + "\n"
+
     def entry(self, version: str | None) -> VersionEntry:
         """The version entry for ``version`` (None: the newest)."""
         if version is None:

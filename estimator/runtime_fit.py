@@ -125,9 +125,10 @@ def fit_first_order(pred0: np.ndarray, jac: np.ndarray, measured: np.ndarray,
                     x0: np.ndarray, upper: np.ndarray) -> np.ndarray:
     """Terms ``x`` in ``[0, upper]`` minimising :func:`robust_loss` of ``pred0 + jac @ (x -
     x0)``; ``pred0`` and ``measured`` are ``(n, k)`` (the end-to-end fits: TTFT and TPOT,
-    ``k = 2``), ``jac`` is ``(n, k, m)`` in the units of the predictions per unit of the terms. The Cauchy loss is not convex: the search
-    starts at the minimum of the convex :func:`soft_l1_loss` (an M-estimate started from a
-    unique one), so the answer does not turn on ``x0``."""
+    ``k = 2``), ``jac`` is ``(n, k, m)`` in the units of the predictions per unit of the
+    terms. The Cauchy loss is not convex: the search starts at the minimum of the convex
+    :func:`soft_l1_loss` (an M-estimate started from a unique one), so the answer does not
+    turn on ``x0``."""
     scale = np.where(upper > 0, upper, 1.0)
     js = jac * scale  # work in units of the bounds: x = u * scale, u in [0, 1]
     u0 = np.clip(x0 / scale, 0.0, 1.0)

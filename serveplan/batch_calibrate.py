@@ -275,11 +275,9 @@ def calibrate_batches(path: Path, out: Path) -> dict:
     provenance = {"command": "serveplan calibrate --batch-runs", "manifest": str(path),
                   "fit": report, "versions_from": f"the shipped {manifest.engine} profile",
                   "other_terms_from": shipped.provenance}
-    new_terms = shipped.terms.model_copy(update=report["terms"])
-    prof = shipped.model_copy(update={"terms": new_terms, "provenance": provenance,
-                                      "domain": runs.domain})
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(prof.model_dump(mode="json"), indent=2, default=float) + "\n")
+    out.write_text(shipped.fitted_json(shipped.terms.model_copy(update=report["terms"]),
+                                       provenance, runs.domain))
     return report
 
 

@@ -15,7 +15,6 @@ there is nothing to hold out; the report says so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,9 +153,7 @@ def profile_json(cases: list[RunCase], fit: FitResult, validation: Validation) -
                   "runs": [str(c.run.path) for c in cases], "fit": fit.summary(),
                   "leave_one_run_out": validation.rows(),
                   "versions_from": f"the shipped {engine} profile"}
-    prof = shipped.model_copy(update={"terms": fit.terms, "provenance": provenance,
-                                      "domain": runs_domain(cases)})
-    return json.dumps(prof.model_dump(mode="json"), indent=2, default=float) + "\n"
+    return shipped.fitted_json(fit.terms, provenance, runs_domain(cases))
 
 
 def calibrate_runs(cases: list[RunCase], out: Path, *, names=FIT_TERMS,
